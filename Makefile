@@ -1,0 +1,25 @@
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: test demo lint typecheck unit benchmark clean
+
+$(BIN)/checkmate: pyproject.toml constraints-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints-dev.txt -e ".[dev]"
+	touch $@
+
+test: $(BIN)/checkmate
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+demo: $(BIN)/checkmate
+	$(BIN)/python -m checkmate.demo
+
+benchmark: $(BIN)/checkmate
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,41 @@
+"""Typed errors. Each message says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class CheckmateError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidGraph(CheckmateError, ValueError):
+    """The graph is malformed: a cycle, a forward reference, a negative size, bad JSON."""
+
+
+class InvalidSchedule(CheckmateError, ValueError):
+    """A plan (R, S) breaks one of the paper's constraints; the message names the first one."""
+
+
+class InfeasibleBudget(CheckmateError, ValueError):
+    """No plan of the requested method fits the budget.
+
+    Attributes:
+        budget: the budget asked for, in bytes.
+        minimum: the smallest budget the method could meet, in bytes, or None when unknown.
+    """
+
+    def __init__(self, message: str, *, budget: int, minimum: int | None) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.minimum = minimum
+
+
+class SolverUnavailable(CheckmateError, RuntimeError):
+    """A solver backend was asked for but its package is not installed or not licensed."""
+
+
+class CaptureError(CheckmateError, RuntimeError):
+    """The model cannot be captured into a training graph; the message names the construct."""
+
+
+class ExecutionError(CheckmateError, RuntimeError):
+    """Running a schedule failed or would be wrong (for example a batch of an unplanned shape)."""

@@ -1,0 +1,172 @@
+"""The training graph: ops in execution order, each with a compute cost and an output size.
+
+This is the paper's G = (V, E): node i may only read nodes j < i, so the list order is a
+topological order and node indices double as the frontier-advancing stage numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from checkmate.errors import InvalidGraph
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of the training step.
+
+    Attributes:
+        name: a label, unique within the graph.
+        cost: compute cost of one evaluation (any unit, float >= 0).
+        memory: bytes of the op's output (int >= 0).
+        backward: True for ops of the backward pass (and the loss gradient seed).
+        inputs: indices of the nodes whose outputs this op reads; all smaller than its own index.
+    """
+
+    name: str
+    cost: float
+    memory: int
+    backward: bool = False
+    inputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A validated training graph.
+
+    Attributes:
+        nodes: the ops in execution order.
+        fixed_memory: bytes held for the whole step (parameters, gradients, inputs); counted in every peak.
+    """
+
+    nodes: tuple[Node, ...]
+    fixed_memory: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        _validate(self)
+
+    @property
+    def size(self) -> int:
+        """Number of nodes, the paper's n (and T, the number of stages)."""
+        return len(self.nodes)
+
+    @cached_property
+    def costs(self) -> np.ndarray:
+        """float64[n]: compute cost of each node."""
+        return np.array([node.cost for node in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def memory(self) -> np.ndarray:
+        """int64[n]: output bytes of each node."""
+        return np.array([node.memory for node in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def is_backward(self) -> np.ndarray:
+        """bool[n]: which nodes belong to the backward pass."""
+        return np.array([node.backward for node in self.nodes], dtype=bool)
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """int64[m, 2]: the (source, destination) pairs, sorted by destination then source."""
+        pairs = sorted({(src, dst) for dst, node in enumerate(self.nodes) for src in node.inputs}, key=lambda e: (e[1], e[0]))
+        return np.array(pairs, dtype=np.int64).reshape(-1, 2)
+
+    @cached_property
+    def predecessors(self) -> tuple[tuple[int, ...], ...]:
+        """For each node, its distinct inputs in increasing order (the paper's DEPS[k])."""
+        return tuple(tuple(sorted(set(node.inputs))) for node in self.nodes)
+
+    @cached_property
+    def users(self) -> tuple[tuple[int, ...], ...]:
+        """For each node, the nodes that read it, in increasing order (the paper's USERS[i])."""
+        users: list[list[int]] = [[] for _ in self.nodes]
+        for dst, deps in enumerate(self.predecessors):
+            for src in deps:
+                users[src].append(dst)
+        return tuple(tuple(u) for u in users)
+
+    def to_json(self) -> str:
+        """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`."""
+        return json.dumps(
+            {
+                "nodes": [
+                    {
+                        "name": node.name,
+                        "cost": node.cost,
+                        "memory": node.memory,
+                        "backward": node.backward,
+                        "inputs": list(node.inputs),
+                    }
+                    for node in self.nodes
+                ],
+                "fixed_memory": self.fixed_memory,
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Graph:
+        """Parse the interchange shape; raises InvalidGraph with the offending node on bad input."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InvalidGraph(f"graph JSON does not parse: {error}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+            raise InvalidGraph('graph JSON must be an object with a "nodes" list (and optional "fixed_memory")')
+        nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
+        fixed = data.get("fixed_memory", 0)
+        if not isinstance(fixed, int) or isinstance(fixed, bool):
+            raise InvalidGraph(f"fixed_memory must be an integer number of bytes, got {fixed!r}")
+        return cls(tuple(nodes), fixed_memory=fixed)
+
+
+def _node_from_dict(index: int, entry: Any) -> Node:
+    if not isinstance(entry, dict):
+        raise InvalidGraph(f"node {index} must be a JSON object, got {type(entry).__name__}")
+    missing = {"name", "cost", "memory"} - entry.keys()
+    if missing:
+        raise InvalidGraph(f"node {index} lacks the field(s) {sorted(missing)}")
+    inputs = entry.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
+        raise InvalidGraph(f"node {index} ({entry['name']!r}): inputs must be a list of node indices")
+    memory = entry["memory"]
+    if isinstance(memory, float) and memory.is_integer():
+        memory = int(memory)
+    return Node(
+        name=str(entry["name"]),
+        cost=entry["cost"],
+        memory=memory,
+        backward=bool(entry.get("backward", False)),
+        inputs=tuple(inputs),
+    )
+
+
+def _validate(graph: Graph) -> None:
+    if not isinstance(graph.fixed_memory, int) or graph.fixed_memory < 0:
+        raise InvalidGraph(f"fixed_memory must be a non-negative integer, got {graph.fixed_memory!r}")
+    seen: set[str] = set()
+    for index, node in enumerate(graph.nodes):
+        label = f"node {index} ({node.name!r})"
+        if node.name in seen:
+            raise InvalidGraph(f"{label}: the name is used twice; names must be unique")
+        seen.add(node.name)
+        if isinstance(node.cost, bool) or not isinstance(node.cost, (int, float)) or not math.isfinite(node.cost) or node.cost < 0:
+            raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
+        if isinstance(node.memory, bool) or not isinstance(node.memory, (int, np.integer)) or node.memory < 0:
+            raise InvalidGraph(f"{label}: memory must be an integer number of bytes >= 0, got {node.memory!r}")
+        for source in node.inputs:
+            if source == index:
+                raise InvalidGraph(f"{label} reads itself: the graph has a cycle")
+            if source > index:
+                raise InvalidGraph(
+                    f"{label} reads node {source}, which comes later: list nodes in execution (topological) order"
+                )
+            if source < 0:
+                raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")

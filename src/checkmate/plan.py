@@ -1,0 +1,132 @@
+"""Plans: the paper's 0/1 matrices R (compute) and S (hold), with their simulated figures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from checkmate.graph import Graph
+from checkmate.simulate import lower
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A rematerialization plan and what it costs.
+
+    Attributes:
+        R: bool[T, T]; R[t, i] = 1 when node i is (re)computed in stage t.
+        S: bool[T, T]; S[t, i] = 1 when node i's output is held in memory from stage t - 1 into stage t.
+        cost: total compute, sum of R[t, i] * cost[i], as simulated.
+        peak_memory: bytes at the peak, fixed memory included, as simulated.
+        method: the strategy that made the plan.
+        solve_time: seconds the strategy took.
+        budget: the budget in bytes the plan was made for, or None for no limit.
+        status: "optimal" only when a solver proved it; otherwise "feasible".
+        lower_bound: a proven lower bound on the cost of any plan within the budget, when known.
+        gap: relative gap (cost - lower_bound) / cost, when a lower bound is known.
+    """
+
+    R: np.ndarray
+    S: np.ndarray
+    cost: float
+    peak_memory: int
+    method: str
+    solve_time: float = 0.0
+    budget: int | None = None
+    status: str = "feasible"
+    lower_bound: float | None = None
+    gap: float | None = None
+
+    def to_json(self) -> str:
+        """Serialise, with R and S as nested lists of 0/1."""
+        return json.dumps(
+            {
+                "method": self.method,
+                "cost": self.cost,
+                "peak_memory": self.peak_memory,
+                "budget": self.budget,
+                "status": self.status,
+                "lower_bound": self.lower_bound,
+                "gap": self.gap,
+                "solve_time": self.solve_time,
+                "R": self.R.astype(int).tolist(),
+                "S": self.S.astype(int).tolist(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str, graph: Graph) -> Plan:
+        """Load a plan saved by `to_json`, re-simulating it on `graph` (raises InvalidSchedule if it no longer fits)."""
+        data = json.loads(text)
+        R = np.array(data["R"], dtype=bool).reshape(graph.size, graph.size)
+        S = np.array(data["S"], dtype=bool).reshape(graph.size, graph.size)
+        return make_plan(
+            graph,
+            R,
+            S,
+            method=data["method"],
+            solve_time=data.get("solve_time", 0.0),
+            budget=data.get("budget"),
+            status=data.get("status", "feasible"),
+            lower_bound=data.get("lower_bound"),
+        )
+
+
+def make_plan(
+    graph: Graph,
+    R: np.ndarray,
+    S: np.ndarray,
+    *,
+    method: str,
+    solve_time: float = 0.0,
+    budget: int | None = None,
+    status: str = "feasible",
+    lower_bound: float | None = None,
+) -> Plan:
+    """Simulate (R, S) on `graph` and wrap it as a Plan. Every strategy builds its plans through here."""
+    schedule = lower(graph, R, S)
+    gap = None
+    if lower_bound is not None:
+        gap = max(0.0, (schedule.cost - lower_bound) / schedule.cost) if schedule.cost > 0 else 0.0
+    return Plan(
+        R=R.astype(bool),
+        S=S.astype(bool),
+        cost=schedule.cost,
+        peak_memory=schedule.peak_memory,
+        method=method,
+        solve_time=solve_time,
+        budget=budget,
+        status=status,
+        lower_bound=lower_bound,
+        gap=gap,
+    )
+
+
+def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:
+    """The cheapest R for a given S (paper Appendix B.1; Algorithm 2, steps 2-4).
+
+    Args:
+        graph: the training graph.
+        S: bool[T, T], strictly lower triangular.
+
+    Returns:
+        bool[T, T]: the minimal R that makes (R, S) satisfy (1b), (1c) and (8a). It does not look at memory.
+    """
+    S = S.astype(bool)
+    T = graph.size
+    R = np.eye(T, dtype=bool)
+    # (1c) S[t, i] <= R[t-1, i] + S[t-1, i]: compute v_i in stage t-1 to materialise a new checkpoint.
+    R[:-1] |= S[1:] & ~S[:-1]
+    preds = graph.predecessors
+    for t in range(T):
+        row = R[t]
+        held = S[t]
+        # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: scan right to left, computing missing inputs as temporaries.
+        for v in range(t, -1, -1):
+            if row[v]:
+                for u in preds[v]:
+                    if not held[u]:
+                        row[u] = True
+    return R

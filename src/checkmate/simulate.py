@@ -1,0 +1,137 @@
+"""The paper's memory model: check a plan (R, S), lower it to steps, and measure its cost and peak.
+
+Within stage t the nodes with R[t, k] = 1 run in index order. After node k runs, each input i of k
+is freed when k is the last consumer of i computed in stage t and i is not held into stage t + 1
+(the paper's FREE[t, i, k], eq. 5, with FREE[t, k, k] eliminated as in its section 4.8). What is
+still live when a stage ends and is not in S[t + 1] is dropped at the stage boundary. The peak is
+the largest live total just after a node is computed, before its dead inputs are freed (U[t, k]),
+plus the graph's fixed memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from checkmate.errors import InvalidSchedule
+from checkmate.graph import Graph
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Evaluate node `node` (in stage `stage`); its output becomes live."""
+
+    node: int
+    stage: int
+
+
+@dataclass(frozen=True)
+class Free:
+    """Release one live copy of node `node`'s output (in stage `stage`)."""
+
+    node: int
+    stage: int
+
+
+Step = Compute | Free
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An explicit program an executor can run, with the simulator's figures for it."""
+
+    steps: tuple[Step, ...]
+    cost: float
+    peak_memory: int
+
+
+def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
+    """Raise InvalidSchedule naming the first constraint of the paper that (R, S) breaks."""
+    T = graph.size
+    for name, matrix in (("R", R), ("S", S)):
+        if matrix.shape != (T, T):
+            raise InvalidSchedule(f"{name} has shape {matrix.shape}; the graph has {T} nodes, so it must be ({T}, {T})")
+        if not np.isin(matrix, (0, 1)).all():
+            raise InvalidSchedule(f"{name} must hold only 0 and 1")
+    R = R.astype(bool)
+    S = S.astype(bool)
+    missing = np.flatnonzero(~np.diag(R))
+    if missing.size:
+        raise InvalidSchedule(f"(8a) R[{missing[0]}, {missing[0]}] must be 1: stage t computes node t (frontier-advancing)")
+    upper_r = np.argwhere(np.triu(R, 1))
+    if upper_r.size:
+        t, i = upper_r[0]
+        raise InvalidSchedule(f"(8c) R[{t}, {i}] = 1 computes node {i} before its first stage {i}; R must be lower triangular")
+    upper_s = np.argwhere(np.triu(S))
+    if upper_s.size:
+        t, i = upper_s[0]
+        raise InvalidSchedule(f"(8b) S[{t}, {i}] = 1 holds node {i} before it was ever computed; S must be strictly lower triangular")
+    unheld = np.argwhere(S[1:] & ~(R[:-1] | S[:-1]))
+    if unheld.size:
+        t, i = unheld[0]
+        raise InvalidSchedule(
+            f"(1c) S[{t + 1}, {i}] = 1 but node {i} was neither computed nor held in stage {t}: a checkpoint must exist"
+        )
+    edges = graph.edges
+    if edges.size:
+        broken = np.argwhere(R[:, edges[:, 1]] & ~(R[:, edges[:, 0]] | S[:, edges[:, 0]]))
+        if broken.size:
+            t, e = broken[0]
+            src, dst = edges[e]
+            raise InvalidSchedule(
+                f"(1b) stage {t} computes node {dst} ({graph.nodes[dst].name!r}) but its input {src} "
+                f"({graph.nodes[src].name!r}) is neither computed in that stage nor held (R[{t},{src}] = S[{t},{src}] = 0)"
+            )
+
+
+def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
+    """Check (R, S) and turn it into the explicit compute/free steps, with the simulated cost and peak."""
+    check_plan(graph, R, S)
+    R = R.astype(bool)
+    S = S.astype(bool)
+    T = graph.size
+    memory = graph.memory
+    preds = graph.predecessors
+    steps: list[Step] = []
+    live = S[0].astype(np.int64)
+    current = int(memory @ live)
+    peak = 0
+    for t in range(T):
+        computed = np.flatnonzero(R[t])
+        held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=bool)
+        last_consumer = _last_consumer_in_stage(preds, computed)
+        for k in computed:
+            steps.append(Compute(int(k), t))
+            live[k] += 1
+            current += int(memory[k])
+            peak = max(peak, current)
+            for i in preds[k]:
+                if last_consumer[i] == k and not held_next[i]:
+                    steps.append(Free(i, t))
+                    live[i] -= 1
+                    current -= int(memory[i])
+        for i in np.flatnonzero(live):
+            drop = int(live[i]) - int(held_next[i])
+            steps.extend(Free(int(i), t) for _ in range(drop))
+            live[i] -= drop
+            current -= drop * int(memory[i])
+    cost = float(graph.costs @ R.sum(axis=0))
+    return Schedule(tuple(steps), cost, peak + graph.fixed_memory)
+
+
+def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:
+    last: dict[int, int] = {}
+    for k in computed:
+        for i in preds[k]:
+            last[i] = int(k)
+    return last
+
+
+def simulate(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
+    """Return (cost, peak_memory) of the plan (R, S); raise InvalidSchedule if it breaks a constraint.
+
+    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory.
+    """
+    schedule = lower(graph, R, S)
+    return schedule.cost, schedule.peak_memory

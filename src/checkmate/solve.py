@@ -1,0 +1,47 @@
+"""`checkmate.solve`: the one entry point for every strategy."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.plan import Plan
+from checkmate.strategies.registry import call_strategy
+from checkmate.units import format_bytes, parse_bytes
+
+log = logging.getLogger(__name__)
+
+
+def solve(graph: Graph, budget: int | float | str | None, *, method: str = "checkpoint_all", **options: Any) -> Plan:
+    """Plan the training step `graph` within `budget` bytes using `method`.
+
+    Args:
+        graph: the training graph.
+        budget: bytes (int, or a string such as "512MiB" or "1.5GB"), fixed memory included; None for no limit.
+        method: a name from `checkmate methods` (for example "checkpoint_all", "chen_greedy", "optimal").
+        **options: options of that method.
+
+    Returns:
+        A Plan whose simulated peak is within the budget.
+
+    Raises:
+        InfeasibleBudget: no plan of that method fits; the error's `minimum` is the smallest budget it could meet.
+    """
+    budget_bytes = None if budget is None else parse_bytes(budget)
+    started = time.perf_counter()
+    plan = call_strategy(method, graph, budget_bytes, options)
+    elapsed = time.perf_counter() - started
+    if budget_bytes is not None and plan.peak_memory > budget_bytes:
+        raise InfeasibleBudget(
+            f"{method} returned a plan with peak {format_bytes(plan.peak_memory)} over the budget "
+            f"{format_bytes(budget_bytes)}",
+            budget=budget_bytes,
+            minimum=plan.peak_memory,
+        )
+    log.info("%s: cost %.6g, peak %s, %.3f s", method, plan.cost, format_bytes(plan.peak_memory), elapsed)
+    return dataclasses.replace(plan, solve_time=elapsed, budget=budget_bytes)

@@ -1,0 +1,59 @@
+"""The table of strategies. Every strategy takes (graph, budget, **options) and returns a Plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from checkmate.graph import Graph
+from checkmate.plan import Plan
+
+StrategyFunction = Callable[..., Plan]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered method: its name, a one-line description, and the function that plans.
+
+    The function is called as function(graph, budget, **options) with budget in bytes (fixed memory
+    included) or None for no limit. It returns a Plan within the budget, or raises InfeasibleBudget.
+    """
+
+    name: str
+    description: str
+    function: StrategyFunction
+
+
+_STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(name: str, description: str) -> Callable[[StrategyFunction], StrategyFunction]:
+    """Decorator that adds a strategy function to the table under `name`."""
+
+    def add(function: StrategyFunction) -> StrategyFunction:
+        if name in _STRATEGIES:
+            raise ValueError(f"strategy {name!r} is registered twice")
+        _STRATEGIES[name] = Strategy(name, description, function)
+        return function
+
+    return add
+
+
+def strategies() -> tuple[Strategy, ...]:
+    """All registered strategies, in registration order."""
+    return tuple(_STRATEGIES.values())
+
+
+def get_strategy(name: str) -> Strategy:
+    """Look a strategy up by name; raises ValueError listing the known names."""
+    try:
+        return _STRATEGIES[name]
+    except KeyError:
+        known = ", ".join(_STRATEGIES)
+        raise ValueError(f"unknown method {name!r}; choose one of: {known}") from None
+
+
+def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str, Any]) -> Plan:
+    """Run a registered strategy."""
+    return get_strategy(name).function(graph, budget, **options)
