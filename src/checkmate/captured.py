@@ -1,0 +1,66 @@
+"""The hand-off between capture and execution: a planning Graph tied to the joint fx graph it was made from.
+
+Contract (capture produces it, the executor relies on it):
+
+* `module` is a functional torch.fx.GraphModule of one whole training step at the ATen level. Its
+  placeholders are, in order, the parameters (`parameter_names`), the buffers (`buffer_names`) and the
+  flattened batch tensors (`batch_shapes`). It contains no in-place mutation of a placeholder: buffer
+  updates (BatchNorm running statistics) are ordinary values that `buffer_updates` names.
+* Graph node i stands for the fx nodes `members[i]`, in fx order. Computing node i means evaluating
+  those fx nodes; their arguments are placeholders, fx values of the same member list, or fx values
+  listed in `exports[j]` of an earlier graph node j that the plan keeps live (j is in graph.nodes[i].inputs).
+* `exports[i]` are the fx values of node i that other graph nodes read. Node i's memory is their bytes
+  (storage counted once, views free). Values of node i that are not exported die when node i is done.
+* `loss`, `gradients` and `buffer_updates` name fx values that leave the step. They are taken when
+  their graph node is computed for the first time (stage i of node i). Parameter gradients and buffer
+  updates are counted in graph.fixed_memory, never as node memory.
+* `random_nodes` are the graph nodes whose members draw random numbers: a recomputation must replay
+  the random stream of the first computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from checkmate.graph import Graph
+
+if TYPE_CHECKING:
+    import torch.fx
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A captured training step.
+
+    Attributes:
+        graph: the planning graph (costs, sizes, dependencies).
+        module: the joint forward + backward fx graph.
+        members: for each graph node, the names of the fx nodes it evaluates, in execution order.
+        exports: for each graph node, the names of its fx values read by other graph nodes.
+        parameter_names: the model's parameter names, in placeholder order.
+        buffer_names: the model's buffer names, in placeholder order (after the parameters).
+        batch_shapes: (shape, dtype name) of each flattened batch tensor, in placeholder order.
+        batch_spec: the pytree spec of the batch, to flatten a new batch the same way.
+        loss: fx name of the scalar loss.
+        gradients: for each parameter, the fx name of its gradient, or None when it gets none.
+        buffer_updates: for each buffer, the fx name of its new value, or None when the step leaves it alone.
+        random_nodes: graph nodes that draw random numbers.
+        cost_model: the cost model that priced the nodes ("profile", "flops" or "unit").
+        device: the device the costs were measured for, such as "cpu" or "cuda:0".
+    """
+
+    graph: Graph
+    module: torch.fx.GraphModule
+    members: tuple[tuple[str, ...], ...]
+    exports: tuple[tuple[str, ...], ...]
+    parameter_names: tuple[str, ...]
+    buffer_names: tuple[str, ...]
+    batch_shapes: tuple[tuple[tuple[int, ...], str], ...]
+    batch_spec: Any
+    loss: str
+    gradients: tuple[str | None, ...]
+    buffer_updates: tuple[str | None, ...]
+    random_nodes: frozenset[int]
+    cost_model: str
+    device: str
