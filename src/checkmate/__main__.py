@@ -1,0 +1,5 @@
+"""`python -m checkmate` runs the command line."""
+
+from checkmate.cli import main
+
+raise SystemExit(main())

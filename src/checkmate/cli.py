@@ -1,0 +1,150 @@
+"""The `checkmate` command: solve a graph, list the methods, compare them, capture a model.
+
+    checkmate solve GRAPH.json --budget 512MiB --method chen_greedy [--out plan.json]
+    checkmate methods
+    checkmate compare GRAPH.json --budget 512MiB [--methods chen_sqrtn,griewank]
+    checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
+
+Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
+exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from checkmate.compare import REFERENCE, accepted_options, compare, format_table
+from checkmate.errors import CheckmateError
+from checkmate.graph import Graph
+from checkmate.solve import solve
+from checkmate.strategies.registry import strategies
+from checkmate.units import format_bytes
+
+USAGE_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 on success, 2 on an error the user can fix)."""
+    arguments = _parser().parse_args(argv)
+    try:
+        status: int = arguments.command(arguments)
+    except (CheckmateError, ValueError, OSError) as error:
+        print(f"checkmate {arguments.command_name}: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="checkmate", description="Optimal tensor rematerialization (Checkmate).")
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    solve_parser = commands.add_parser("solve", help="plan one graph within a memory budget")
+    _graph_and_budget(solve_parser)
+    solve_parser.add_argument("--method", default="checkpoint_all", help="a name from `checkmate methods`")
+    solve_parser.add_argument("--out", type=Path, help="write the plan (R, S and its figures) to this JSON file")
+    solve_parser.set_defaults(command=_solve)
+
+    methods_parser = commands.add_parser("methods", help="list the methods with one line each")
+    methods_parser.set_defaults(command=_methods)
+
+    compare_parser = commands.add_parser("compare", help="run several methods and tabulate cost, overhead and peak")
+    _graph_and_budget(compare_parser)
+    compare_parser.add_argument("--methods", help="comma-separated names (default: every method)")
+    compare_parser.set_defaults(command=_compare)
+
+    capture_parser = commands.add_parser("capture", help="trace a PyTorch model into a graph JSON (needs torch)")
+    capture_parser.add_argument(
+        "target", metavar="TARGET", help="the model to capture, as `checkmate.capture` reads it"
+    )
+    capture_parser.add_argument("--out", required=True, help="the graph JSON file to write")
+    capture_parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    capture_parser.add_argument("--max-nodes", type=int, help="merge ops until the graph has at most this many nodes")
+    capture_parser.set_defaults(command=_capture)
+    return parser
+
+
+def _graph_and_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("graph", type=Path, metavar="GRAPH.json", help="a graph saved by Graph.to_json or capture")
+    parser.add_argument("--budget", help="memory budget, fixed memory included: bytes or e.g. 512MiB (default: none)")
+    parser.add_argument("--time-limit", type=float, help="seconds, for the methods that run a solver")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the method (VALUE read as JSON when it parses, else as text); repeatable",
+    )
+
+
+def _method_options(arguments: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in arguments.option:
+        key, separator, text = item.partition("=")
+        if not separator or not key:
+            raise ValueError(f"--option {item!r} must look like KEY=VALUE")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key] = text
+    if arguments.time_limit is not None:
+        options["time_limit"] = arguments.time_limit
+    return options
+
+
+def _load_graph(path: Path) -> Graph:
+    return Graph.from_json(path.read_text())
+
+
+def _solve(arguments: argparse.Namespace) -> int:
+    graph = _load_graph(arguments.graph)
+    options = _method_options(arguments)
+    accepted = accepted_options(arguments.method, options)
+    unknown = sorted(set(options) - set(accepted) - {"time_limit"})
+    if unknown:
+        raise ValueError(
+            f"method {arguments.method!r} takes no option {unknown[0]!r}; see its docstring for the options"
+        )
+    plan = solve(graph, arguments.budget, method=arguments.method, **accepted)
+    reference = solve(graph, None, method=REFERENCE)
+    print(f"method:   {plan.method} ({plan.status}, {plan.solve_time:.2f} s)")
+    overhead = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
+    print(f"cost:     {plan.cost:.6g} (overhead {overhead} against {REFERENCE}, cost {reference.cost:.6g})")
+    print(f"peak:     {format_bytes(plan.peak_memory)} ({plan.peak_memory} bytes)")
+    if plan.budget is not None:
+        print(f"budget:   {format_bytes(plan.budget)} ({plan.budget} bytes)")
+    if plan.lower_bound is not None and plan.gap is not None:
+        print(f"bound:    {plan.lower_bound:.6g} (gap {plan.gap:.2%})")
+    if arguments.out is not None:
+        arguments.out.write_text(plan.to_json())
+        print(f"plan written to {arguments.out}")
+    return 0
+
+
+def _methods(arguments: argparse.Namespace) -> int:
+    width = max(len(strategy.name) for strategy in strategies())
+    for strategy in strategies():
+        print(f"{strategy.name.ljust(width)}  {strategy.description}")
+    return 0
+
+
+def _compare(arguments: argparse.Namespace) -> int:
+    graph = _load_graph(arguments.graph)
+    methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
+    rows = compare(graph, arguments.budget, methods, options=_method_options(arguments))
+    print(format_table(rows))
+    return 0
+
+
+def _capture(arguments: argparse.Namespace) -> int:
+    try:
+        from checkmate.capture.cli import run_capture
+    except ImportError as error:
+        hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
+        raise CheckmateError(f"capture is unavailable ({error}){hint}") from None
+    status: int = run_capture(arguments.target, arguments.out, arguments.cost_model, arguments.max_nodes)
+    return status
