@@ -1,0 +1,154 @@
+"""The `checkmate` command line and `compare`: output, plan files, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from checkmate import Graph, Plan
+from checkmate.cli import main
+from checkmate.compare import compare, format_table
+from checkmate.examples import linear_graph, random_training_graph
+from checkmate.strategies.registry import strategies
+
+
+@pytest.fixture
+def chain_file(tmp_path: Path) -> Path:
+    path = tmp_path / "chain.json"
+    path.write_text(linear_graph(16).to_json())
+    return path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_solve_prints_cost_peak_and_overhead_and_writes_the_plan(
+    chain_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    status, text, _ = run(
+        ["solve", str(chain_file), "--budget", "10", "--method", "chen_greedy", "--out", str(out)], capsys
+    )
+    assert status == 0
+    plan = Plan.from_json(out.read_text(), Graph.from_json(chain_file.read_text()))
+    assert plan.method == "chen_greedy" and plan.peak_memory <= 10 and plan.budget == 10
+    # checkpoint_all costs 33 on a 16-layer chain (2 * 16 + 1 unit-cost nodes).
+    assert f"cost:     {plan.cost:.6g} (overhead {plan.cost / 33:.3f}x against checkpoint_all, cost 33)" in text
+    assert f"peak:     {plan.peak_memory} B ({plan.peak_memory} bytes)" in text
+
+
+def test_solve_reads_human_budgets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "big.json"
+    path.write_text(linear_graph(4, memory=2**20).to_json())
+    status, text, _ = run(["solve", str(path), "--budget", "4MiB", "--method", "chen_sqrtn"], capsys)
+    assert status == 0
+    assert "peak:     4.00 MiB (4194304 bytes)" in text and "budget:   4.00 MiB (4194304 bytes)" in text
+
+
+def test_methods_lists_every_registered_method_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, text, _ = run(["methods"], capsys)
+    lines = text.strip().splitlines()
+    assert status == 0 and len(lines) == len(strategies())
+    for line, strategy in zip(lines, strategies(), strict=True):
+        assert line.split()[0] == strategy.name and strategy.description in line
+
+
+def test_compare_prints_a_row_per_method(chain_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, text, _ = run(["compare", str(chain_file), "--budget", "10", "--methods", "chen_sqrtn,griewank"], capsys)
+    lines = text.strip().splitlines()
+    assert status == 0 and lines[0].split()[0] == "method"
+    assert [line.split()[0] for line in lines[1:]] == ["chen_sqrtn", "griewank"]
+
+
+def test_compare_rows_overhead_and_errors() -> None:
+    graph = linear_graph(9)
+    rows = compare(graph, 7, ["checkpoint_all", "chen_sqrtn", "griewank"], options={"slots": 2, "time_limit": 1})
+    by_name = {row.method: row for row in rows}
+    assert by_name["checkpoint_all"].status == "error" and "needs at least 11 B" in str(by_name["checkpoint_all"].error)
+    assert by_name["chen_sqrtn"].overhead == pytest.approx(by_name["chen_sqrtn"].cost / 19)
+    assert by_name["griewank"].peak_memory is not None and by_name["griewank"].peak_memory <= 5  # slots=2 reached it
+    unlimited = compare(graph, None, ["checkpoint_all"])
+    assert unlimited[0].overhead == 1.0 and unlimited[0].peak_memory == 11
+    table = format_table(rows)
+    assert "error: checkpoint_all needs at least" in table and "1.000x" not in table
+
+
+def test_compare_refuses_unknown_methods() -> None:
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        compare(linear_graph(3), None, ["nope"])
+
+
+@pytest.mark.parametrize(
+    "nodes,message",
+    [
+        ([{"name": "a", "cost": 1, "memory": 1, "inputs": [1]}, {"name": "b", "cost": 1, "memory": 1}], "comes later"),
+        ([{"name": "a", "cost": 1, "memory": 1, "inputs": [0]}], "cycle"),
+        ([{"name": "a", "cost": 1, "memory": -4}], "memory must be"),
+        ([{"name": "a", "cost": -1, "memory": 4}], "cost must be"),
+    ],
+    ids=["forward-reference", "self-cycle", "negative-memory", "negative-cost"],
+)
+def test_bad_graphs_give_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nodes: list[dict[str, object]], message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"nodes": nodes}))
+    status, text, error = run(["solve", str(path), "--method", "chen_sqrtn"], capsys)
+    assert status == 2 and text == ""
+    assert message in error and error.count("\n") == 1 and "Traceback" not in error
+
+
+@pytest.mark.parametrize(
+    "arguments,message",
+    [
+        (["--budget", "3", "--method", "chen_sqrtn"], "chen_sqrtn needs at least"),
+        (["--budget", "lots"], "cannot read 'lots' as a size"),
+        (["--method", "nope"], "unknown method 'nope'"),
+        (["--method", "griewank", "--option", "slots=2", "--option", "speed=9"], "takes no option 'speed'"),
+    ],
+)
+def test_unusable_requests_give_one_line_errors(
+    chain_file: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
+    status, _, error = run(["solve", str(chain_file), *arguments], capsys)
+    assert status == 2 and message in error and error.count("\n") == 1
+
+
+def test_a_missing_graph_file_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, error = run(["compare", str(tmp_path / "absent.json")], capsys)
+    assert status == 2 and "absent.json" in error
+
+
+def test_griewank_on_a_branching_graph_says_what_to_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "branching.json"
+    path.write_text(random_training_graph(8, seed=1, skip_probability=0.9).to_json())
+    status, _, error = run(["solve", str(path), "--method", "griewank"], capsys)
+    assert status == 2 and "chen_greedy_linear" in error
+
+
+def test_capture_hands_its_arguments_to_the_capture_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[object, ...]] = []
+    fake = types.ModuleType("checkmate.capture.cli")
+    fake.run_capture = lambda *arguments: calls.append(arguments) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "checkmate.capture.cli", fake)
+    status, _, _ = run(
+        ["capture", "models:resnet", "--out", "g.json", "--cost-model", "flops", "--max-nodes", "50"], capsys
+    )
+    assert status == 0 and calls == [("models:resnet", "g.json", "flops", 50)]
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "checkmate", "methods"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0 and "chen_greedy_linear" in result.stdout
