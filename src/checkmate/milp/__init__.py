@@ -1,0 +1,1 @@
+"""The Checkmate MILP: a backend-neutral sparse problem, its encoding from a graph, and solver adapters."""

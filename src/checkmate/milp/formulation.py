@@ -1,0 +1,342 @@
+"""The paper's MILP (eq. 9), assembled once as sparse matrices, and the one place that decodes R and S.
+
+Variables (only those that can be nonzero are created):
+    R[t, i], i <= t: node i computed in stage t. R[t, t] is fixed to 1 (8a); R is lower triangular (8c);
+        R[t, i] for i < t exists only when node i has users (recomputing an unused node is never useful).
+    S[t, i], i < t <= last user of i: node i held into stage t. S is strictly lower triangular (8b); holding a
+        value past its last use is never useful.
+    U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units.
+    FREE[t, (i, k)] per edge (i, k) with k < t (FREE[t, k, k] eliminated, section 4.8; FREE at k = t frees memory
+        after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
+        not a user of i (that user would be a hazard fixed to 1).
+FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
+FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
+the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from checkmate.graph import Graph
+from checkmate.milp.problem import MilpProblem
+from checkmate.milp.scaling import MemoryScale
+
+
+@dataclass(frozen=True)
+class VariableIndex:
+    """Where R, S, U and FREE live in the flat variable vector (the inverse data of `encode`).
+
+    R_col, S_col, U_col are int64[T, T] column numbers, -1 where no variable exists. FREE variable f
+    belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
+    variable later_free[p] with R[free_stage, later_user[p]].
+    """
+
+    T: int
+    R_col: np.ndarray
+    S_col: np.ndarray
+    U_col: np.ndarray
+    free_col: np.ndarray
+    free_stage: np.ndarray
+    free_edge: np.ndarray
+    later_free: np.ndarray
+    later_user: np.ndarray
+    scale: MemoryScale
+    budget_units: float
+
+
+@dataclass(frozen=True)
+class _RowBlock:
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+def _expand(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each owner o, every value in range(starts[o], stops[o]): returns (owner, value) arrays."""
+    counts = np.maximum(stops - starts, 0)
+    owner = np.repeat(np.arange(starts.size), counts)
+    offsets = np.cumsum(counts) - counts
+    value = np.arange(int(counts.sum())) - np.repeat(offsets, counts) + np.repeat(starts, counts)
+    return owner, value
+
+
+def _columns(mask: np.ndarray, first: int) -> np.ndarray:
+    columns = np.full(mask.shape, -1, dtype=np.int64)
+    columns[mask] = first + np.arange(int(mask.sum()))
+    return columns
+
+
+def _graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(has_users bool[T], last_user int64[T] (-1 for sinks), adjacency bool[T, T])."""
+    T = graph.size
+    edges = graph.edges
+    adjacency = np.zeros((T, T), dtype=bool)
+    adjacency[edges[:, 0], edges[:, 1]] = True
+    last_user = np.full(T, -1, dtype=np.int64)
+    np.maximum.at(last_user, edges[:, 0], edges[:, 1])
+    return last_user >= 0, last_user, adjacency
+
+
+def _free_variables(graph: Graph, R_col: np.ndarray, adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(stage, edge) of every FREE variable, ordered by edge then stage."""
+    edges = graph.edges
+    edge, stage = _expand(edges[:, 1] + 1, np.full(len(edges), graph.size))
+    keep = (R_col[stage, edges[edge, 1]] >= 0) & ~adjacency[edges[edge, 0], stage]
+    return stage[keep], edge[keep]
+
+
+def _later_users(graph: Graph, free_lookup: np.ndarray, R_col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (FREE variable f for (t, (i, k)), user j of i with k < j < t and R[t, j] existing)."""
+    edges = graph.edges
+    by_source = np.lexsort((edges[:, 1], edges[:, 0]))
+    sources = edges[by_source, 0]
+    group_end = np.searchsorted(sources, sources, side="right")
+    first, second = _expand(np.arange(len(sources)) + 1, group_end)
+    earlier, later = by_source[first], by_source[second]
+    pair, stage = _expand(edges[later, 1] + 1, np.full(len(later), graph.size))
+    free = free_lookup[stage, earlier[pair]]
+    user = edges[later[pair], 1]
+    keep = (free >= 0) & (R_col[stage, user] >= 0)
+    return free[keep], user[keep]
+
+
+def _dependency_rows(graph: Graph, R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
+    """(1b) R[t, j] <= R[t, i] + S[t, i] for every edge (i, j) and stage t >= j."""
+    edges = graph.edges
+    edge, stage = _expand(edges[:, 1], np.full(len(edges), graph.size))
+    source, target = edges[edge, 0], edges[edge, 1]
+    keep = R_col[stage, target] >= 0
+    stage, source, target = stage[keep], source[keep], target[keep]
+    row = np.arange(stage.size)
+    held = S_col[stage, source]
+    has_held = held >= 0
+    return _RowBlock(
+        rows=np.concatenate([row, row, row[has_held]]),
+        cols=np.concatenate([R_col[stage, target], R_col[stage, source], held[has_held]]),
+        values=np.concatenate([np.ones(row.size), -np.ones(row.size), -np.ones(int(has_held.sum()))]),
+        lower=np.full(row.size, -np.inf),
+        upper=np.zeros(row.size),
+    )
+
+
+def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
+    """(1c) S[t, i] <= R[t-1, i] + S[t-1, i] for every existing S[t, i]."""
+    stage, node = np.nonzero(S_col >= 0)
+    row = np.arange(stage.size)
+    previous = S_col[stage - 1, node]
+    has_previous = previous >= 0
+    return _RowBlock(
+        rows=np.concatenate([row, row, row[has_previous]]),
+        cols=np.concatenate([S_col[stage, node], R_col[stage - 1, node], previous[has_previous]]),
+        values=np.concatenate([np.ones(row.size), -np.ones(row.size), -np.ones(int(has_previous.sum()))]),
+        lower=np.full(row.size, -np.inf),
+        upper=np.zeros(row.size),
+    )
+
+
+def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0]; (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    sizes = index.scale.sizes.astype(np.float64)
+    U_row = index.U_col - index.U_col[0, 0]
+    stage, node = np.nonzero(index.U_col >= 0)
+    rest = node > 0
+    computed = index.R_col[stage, node] >= 0
+    held_stage, held_node = np.nonzero(index.S_col >= 0)
+    edges = graph.edges
+    free_source, free_target = edges[index.free_edge, 0], edges[index.free_edge, 1]
+    return _RowBlock(
+        rows=np.concatenate(
+            [
+                U_row[stage, node],
+                U_row[stage[rest], node[rest]],
+                U_row[stage[computed], node[computed]],
+                U_row[held_stage, 0],
+                U_row[index.free_stage, free_target + 1],
+            ]
+        ),
+        cols=np.concatenate(
+            [
+                index.U_col[stage, node],
+                index.U_col[stage[rest], node[rest] - 1],
+                index.R_col[stage[computed], node[computed]],
+                index.S_col[held_stage, held_node],
+                index.free_col,
+            ]
+        ),
+        values=np.concatenate(
+            [
+                np.ones(stage.size),
+                -np.ones(int(rest.sum())),
+                -sizes[node[computed]],
+                -sizes[held_node],
+                sizes[free_source],
+            ]
+        ),
+        lower=np.zeros(stage.size),
+        upper=np.zeros(stage.size),
+    )
+
+
+def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+    """Eq. 5 linearised per factor: FREE <= R[t,k]; FREE + S[t+1,i] <= 1; FREE + R[t,j] <= 1 for later users j."""
+    edges = graph.edges
+    count = index.free_col.size
+    source, target = edges[index.free_edge, 0], edges[index.free_edge, 1]
+    next_stage = np.minimum(index.free_stage + 1, index.T - 1)
+    held_next = np.where(index.free_stage + 1 < index.T, index.S_col[next_stage, source], -1)
+    has_held = np.flatnonzero(held_next >= 0)
+    pairs = index.later_free.size
+    later_cols = index.R_col[index.free_stage[index.later_free], index.later_user]
+    computed_rows = np.arange(count)
+    held_rows = count + np.arange(has_held.size)
+    later_rows = count + has_held.size + np.arange(pairs)
+    return _RowBlock(
+        rows=np.concatenate([computed_rows, computed_rows, held_rows, held_rows, later_rows, later_rows]),
+        cols=np.concatenate(
+            [
+                index.free_col,
+                index.R_col[index.free_stage, target],
+                index.free_col[has_held],
+                held_next[has_held],
+                index.free_col[index.later_free],
+                later_cols,
+            ]
+        ),
+        values=np.concatenate(
+            [np.ones(count), -np.ones(count), np.ones(2 * has_held.size), np.ones(2 * pairs)]
+        ),
+        lower=np.full(count + has_held.size + pairs, -np.inf),
+        upper=np.concatenate([np.zeros(count), np.ones(has_held.size + pairs)]),
+    )
+
+
+def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> VariableIndex:
+    """Number the variables that can be nonzero: R, then S, then U, then FREE."""
+    T = graph.size
+    has_users, last_user, adjacency = _graph_arrays(graph)
+    stages = np.arange(T)[:, None]
+    nodes = np.arange(T)[None, :]
+    R_col = _columns((nodes == stages) | ((nodes < stages) & has_users[None, :]), 0)
+    S_col = _columns((nodes < stages) & (stages <= last_user[None, :]), int((R_col >= 0).sum()))
+    U_col = _columns(nodes <= stages, int((S_col >= 0).sum() + (R_col >= 0).sum()))
+    free_stage, free_edge = _free_variables(graph, R_col, adjacency)
+    order = np.lexsort((free_edge, free_stage))
+    free_stage, free_edge = free_stage[order], free_edge[order]
+    free_col = int(U_col.max()) + 1 + np.arange(free_stage.size)
+    free_lookup = np.full((T, len(graph.edges)), -1, dtype=np.int64)
+    free_lookup[free_stage, free_edge] = np.arange(free_stage.size)
+    later_free, later_user = _later_users(graph, free_lookup, R_col)
+    return VariableIndex(
+        T=T,
+        R_col=R_col,
+        S_col=S_col,
+        U_col=U_col,
+        free_col=free_col,
+        free_stage=free_stage,
+        free_edge=free_edge,
+        later_free=later_free,
+        later_user=later_user,
+        scale=scale,
+        budget_units=budget_units,
+    )
+
+
+def encode(graph: Graph, budget_units: float, scale: MemoryScale) -> tuple[MilpProblem, VariableIndex]:
+    """Build the MILP: minimise sum_t sum_i cost_i R[t, i] (1a) with U[t, k] <= budget_units.
+
+    Args:
+        graph: the training graph.
+        budget_units: the activation budget (budget minus fixed memory) in units of `scale`; inf for none.
+        scale: how bytes map to units (see checkmate.milp.scaling).
+    """
+    index = build_index(graph, scale, budget_units)
+    num_vars = int(index.free_col[-1]) + 1 if index.free_col.size else int(index.U_col.max()) + 1
+    blocks = [
+        _dependency_rows(graph, index.R_col, index.S_col),
+        _persistence_rows(index.R_col, index.S_col),
+        _memory_rows(graph, index),
+        _free_rows(graph, index),
+    ]
+    offsets = np.cumsum([0] + [block.lower.size for block in blocks])
+    rows = np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets, strict=False)])
+    A = sp.csc_array(
+        (np.concatenate([b.values for b in blocks]), (rows, np.concatenate([b.cols for b in blocks]))),
+        shape=(int(offsets[-1]), num_vars),
+    )
+    return MilpProblem(
+        c=_objective(graph, index, num_vars),
+        A=A,
+        row_lower=np.concatenate([b.lower for b in blocks]),
+        row_upper=np.concatenate([b.upper for b in blocks]),
+        col_lower=_column_lower(index, num_vars),
+        col_upper=_column_upper(index, num_vars),
+        integer=_integrality(index, num_vars),
+    ), index
+
+
+def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
+    c = np.zeros(num_vars)
+    stage, node = np.nonzero(index.R_col >= 0)
+    c[index.R_col[stage, node]] = graph.costs[node]  # (1a)
+    return c
+
+
+def _column_lower(index: VariableIndex, num_vars: int) -> np.ndarray:
+    lower = np.zeros(num_vars)
+    lower[index.R_col[np.arange(index.T), np.arange(index.T)]] = 1.0  # (8a) R[t, t] = 1
+    return lower
+
+
+def _column_upper(index: VariableIndex, num_vars: int) -> np.ndarray:
+    upper = np.ones(num_vars)
+    upper[index.U_col[index.U_col >= 0]] = index.budget_units  # U[t, k] <= budget
+    return upper
+
+
+def _integrality(index: VariableIndex, num_vars: int) -> np.ndarray:
+    integer = np.zeros(num_vars, dtype=bool)
+    integer[index.R_col[index.R_col >= 0]] = True  # (1f)
+    integer[index.S_col[index.S_col >= 0]] = True
+    return integer
+
+
+def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Read R and S (bool[T, T]) out of a solution vector; the only code that does."""
+    R = np.zeros((index.T, index.T), dtype=bool)
+    S = np.zeros((index.T, index.T), dtype=bool)
+    R[index.R_col >= 0] = x[index.R_col[index.R_col >= 0]] > 0.5
+    S[index.S_col >= 0] = x[index.S_col[index.S_col >= 0]] > 0.5
+    return R, S
+
+
+def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """The full variable vector of a valid plan (R, S): a warm start. Useless entries of R and S are dropped."""
+    R = R.astype(bool) & (index.R_col >= 0)
+    S = S.astype(bool) & (index.S_col >= 0)
+    edges = graph.edges
+    source, target = edges[index.free_edge, 0], edges[index.free_edge, 1]
+    stage = index.free_stage
+    held_next = np.zeros(stage.size, dtype=bool)
+    inner = stage + 1 < index.T
+    held_next[inner] = S[stage[inner] + 1, source[inner]]
+    hazards = np.bincount(
+        index.later_free, weights=R[stage[index.later_free], index.later_user], minlength=stage.size
+    )
+    free = R[stage, target] & ~held_next & (hazards == 0)  # eq. 5
+    sizes = index.scale.sizes.astype(np.float64)
+    freed = np.zeros((index.T, index.T))
+    np.add.at(freed, (stage, target), sizes[source] * free)
+    freed_before = np.cumsum(freed, axis=1) - freed
+    U = (S @ sizes)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
+    x = np.zeros(int(index.free_col[-1]) + 1 if index.free_col.size else int(index.U_col.max()) + 1)
+    x[index.R_col[R]] = 1.0
+    x[index.S_col[S]] = 1.0
+    x[index.U_col[index.U_col >= 0]] = U[index.U_col >= 0]
+    x[index.free_col] = free
+    return x

@@ -1,0 +1,61 @@
+"""Memory in solver units: sizes rounded up and the budget rounded down, so a plan that fits in units fits in bytes.
+
+Raw byte counts (4 B ... 4 MB in one row) stall the LP. The unit is the greatest common divisor of the node
+sizes when that keeps the largest size within `resolution` units (then the scaling is exact); otherwise it is
+ceil(max size / resolution) and every size is rounded up to whole units (then the MILP optimises a slightly
+tighter problem, and its proven bound no longer bounds the byte problem: `exact` is False).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from checkmate.graph import Graph
+
+DEFAULT_RESOLUTION = 4096
+
+
+@dataclass(frozen=True)
+class MemoryScale:
+    """How bytes map to solver units.
+
+    Attributes:
+        unit: bytes per unit.
+        sizes: int64[T], each node's size in units, rounded up.
+        exact: True when every size is a whole number of units (no rounding happened).
+    """
+
+    unit: int
+    sizes: np.ndarray
+    exact: bool
+
+    def budget_units(self, budget: int, fixed_memory: int) -> int:
+        """The activation budget in units, rounded down: sum(sizes) <= this implies bytes <= budget - fixed."""
+        return (budget - fixed_memory) // self.unit
+
+    def to_bytes(self, units: float, fixed_memory: int) -> int:
+        """A peak in units back to bytes, fixed memory included."""
+        return round(units) * self.unit + fixed_memory
+
+
+def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
+    """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
+    memory = graph.memory
+    positive = memory[memory > 0]
+    if positive.size == 0:
+        return MemoryScale(unit=1, sizes=memory.copy(), exact=True)
+    divisor = math.gcd(*(int(size) for size in np.unique(positive)))
+    largest = int(positive.max())
+    unit = divisor if largest // divisor <= resolution else math.ceil(largest / resolution)
+    sizes = -(-memory // unit)
+    return MemoryScale(unit=unit, sizes=sizes.astype(np.int64), exact=bool(np.all(memory % unit == 0)))
+
+
+def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
+    """Sizes rounded down instead of up: a relaxation whose proven bounds are valid for the byte problem."""
+    if scale.exact:
+        return scale
+    return MemoryScale(unit=scale.unit, sizes=graph.memory // scale.unit, exact=False)
