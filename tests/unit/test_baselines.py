@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from oracles import paper_cost_and_peak
 
 from checkmate import Graph, InfeasibleBudget, InvalidGraph, Node, check_plan, solve
@@ -86,6 +88,15 @@ def test_every_baseline_is_feasible_at_its_own_peak_and_matches_the_paper_model(
 
 @pytest.mark.parametrize("graph", [linear_graph(1), linear_graph(6), UNET, *BRANCHING], ids=lambda g: f"T{g.size}")
 def test_articulation_points_match_brute_force(graph: Graph) -> None:
+    assert articulation_points(graph) == brute_force_cut_vertices(graph)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 30), max_size=3), min_size=1, max_size=14))
+def test_articulation_points_match_brute_force_on_random_forward_graphs(raw_inputs: list[list[int]]) -> None:
+    # Node j reads the drawn indices below j: some nodes read nothing, so there can be several inputs and outputs.
+    forward_inputs = [sorted({i % j for i in inputs}) if j else [] for j, inputs in enumerate(raw_inputs)]
+    graph = training_graph(forward_inputs)
     assert articulation_points(graph) == brute_force_cut_vertices(graph)
 
 
