@@ -3,6 +3,9 @@
 The core (graph, plan, simulate, strategies) imports no torch; `capture` and `compile` do, lazily.
 """
 
+from typing import Any
+
+from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
     CheckmateError,
@@ -18,8 +21,21 @@ from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simul
 from checkmate.solve import solve
 from checkmate.units import format_bytes, parse_bytes
 
+
+def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:
+    """Capture one training step as a planning graph; see `checkmate.capture.capture` (imports torch).
+
+    Importing the subpackage rebinds `checkmate.capture` to it; the subpackage is callable, so
+    `checkmate.capture(model, loss_fn, batch)` works either way.
+    """
+    from checkmate.capture import capture as capture_step
+
+    return capture_step(model, loss_fn, batch, **options)
+
+
 __all__ = [
     "CaptureError",
+    "Captured",
     "CheckmateError",
     "Compute",
     "ExecutionError",
@@ -32,6 +48,7 @@ __all__ = [
     "Plan",
     "Schedule",
     "SolverUnavailable",
+    "capture",
     "cheapest_r",
     "check_plan",
     "format_bytes",

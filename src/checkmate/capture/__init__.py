@@ -1,0 +1,138 @@
+"""Capture a PyTorch training step as a planning Graph tied to its joint forward + backward fx graph.
+
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="profile")
+    plan = checkmate.solve(captured.graph, "2GiB", method="optimal")
+
+Stages, each a function of the previous one's output:
+
+1. `trace.trace_step`: AOTAutograd traces `loss_fn(model, *batch)` and its backward on fake tensors
+   into a functional ATen graph (no activation is allocated).
+2. `grouping`: views, `getitem`, `detach` and the outputs of multi-output ops join the op that
+   allocated their storage, so each planning node is one op that allocates memory.
+3. `costs` / `profile`: price each op ("unit", "flops" or "profile").
+4. `merge` (when `max_nodes` is given): merge cheap neighbouring nodes.
+5. `layout`: edges, exported values and memory of each planning node, and the fixed memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from checkmate.capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
+from checkmate.capture.grouping import assign_groups, find_owners, prepare_graph
+from checkmate.capture.layout import Layout, build_layout
+from checkmate.capture.merge import merge_groups
+from checkmate.capture.trace import LossFunction, Trace, flatten_batch, trace_step
+from checkmate.captured import Captured
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+__all__ = ["capture"]
+
+
+def capture(
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    *,
+    cost_model: str = "profile",
+    max_nodes: int | None = None,
+    optimizer_state_bytes: int = 0,
+) -> Captured:
+    """Capture one training step of `model` as a planning graph and the fx graph that executes it.
+
+    Args:
+        model: the module to train, on the device where it will run.
+        loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
+        batch: example inputs (tensors, possibly nested in tuples, lists or dicts); only shapes and
+            dtypes matter, except for the "profile" cost model, which runs ops on them.
+        cost_model: "profile" (measured seconds per op on the model's device, cached on disk),
+            "flops" (PyTorch's FLOP formulas) or "unit" (1 per node).
+        max_nodes: merge cheap neighbouring nodes until at most this many remain.
+        optimizer_state_bytes: bytes of optimizer state to add to the graph's fixed memory.
+
+    Raises:
+        CaptureError: the step cannot be traced or planned; the message names the op and the fix.
+    """
+    check_cost_model(cost_model)
+    started = time.perf_counter()
+    trace = trace_step(model, loss_fn, batch)
+    prepare_graph(trace.module)
+    groups = assign_groups(trace.module.graph)
+    per_op = _per_op_costs(trace, groups, model, batch, cost_model)
+    layout = _layout(trace, groups, per_op, optimizer_state_bytes)
+    if max_nodes is not None and layout.graph.size > max_nodes:
+        groups = merge_groups(layout.graph, groups, max_nodes)
+        layout = _layout(trace, groups, per_op, optimizer_state_bytes)
+    log.info(
+        "captured %d planning nodes from %d fx nodes in %.2f s",
+        layout.graph.size,
+        len(trace.module.graph.nodes),
+        time.perf_counter() - started,
+    )
+    return Captured(
+        graph=layout.graph,
+        module=trace.module,
+        members=layout.members,
+        exports=layout.exports,
+        parameter_names=trace.parameter_names,
+        buffer_names=trace.buffer_names,
+        batch_shapes=trace.batch_shapes,
+        batch_spec=trace.batch_spec,
+        loss=trace.loss,
+        gradients=trace.gradients,
+        buffer_updates=trace.buffer_updates,
+        random_nodes=layout.random_nodes,
+        cost_model=cost_model,
+        device=str(model_device(model)),
+    )
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (CPU for a stateless model)."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _per_op_costs(
+    trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: str
+) -> dict[str, float]:
+    if cost_model == "unit":
+        return unit_per_op(groups)
+    if cost_model == "flops":
+        return flops_per_op(trace.module, find_owners(trace.module.graph).allocating)
+    from checkmate.capture.profile import profile_per_op
+
+    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    inputs = [state[name] for name in (*trace.parameter_names, *trace.buffer_names)]
+    return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model))
+
+
+def _layout(trace: Trace, groups: list[list[str]], per_op: dict[str, float], optimizer_state_bytes: int) -> Layout:
+    fixed_outputs = frozenset(name for name in (*trace.gradients, *trace.buffer_updates) if name is not None)
+    return build_layout(
+        trace.module,
+        groups,
+        group_costs(groups, per_op),
+        loss=trace.loss,
+        fixed_outputs=fixed_outputs,
+        extra_fixed_memory=optimizer_state_bytes,
+    )
+
+
+class _CallableModule(types.ModuleType):
+    """`import checkmate.capture` replaces the lazy `checkmate.capture` function by this module; keep it callable."""
+
+    def __call__(self, model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], **options: Any) -> Captured:
+        return capture(model, loss_fn, batch, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

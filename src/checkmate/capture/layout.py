@@ -1,0 +1,116 @@
+"""Turn a partition of the joint fx graph into the planning Graph: edges, exports, memory, phase, randomness.
+
+A planning node's memory is the bytes of the storages its exported values live in (each storage
+once, views free), leaving out storages of parameters, buffers and batch inputs, and of values that
+leave the step as parameter gradients or buffer updates: those sit in the graph's fixed memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from checkmate.capture.grouping import find_owners
+from checkmate.capture.sizes import StorageKey, StorageTable
+from checkmate.errors import CaptureError
+from checkmate.graph import Graph, Node
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A planning graph together with its tie to the fx graph (see `checkmate.captured`)."""
+
+    graph: Graph
+    members: tuple[tuple[str, ...], ...]
+    exports: tuple[tuple[str, ...], ...]
+    random_nodes: frozenset[int]
+
+
+def build_layout(
+    module: torch.fx.GraphModule,
+    groups: Sequence[Sequence[str]],
+    costs: Sequence[float],
+    *,
+    loss: str,
+    fixed_outputs: frozenset[str],
+    extra_fixed_memory: int = 0,
+) -> Layout:
+    """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
+
+    Fixed memory is the bytes of parameters, buffers, batch inputs, constants and the `fixed_outputs`
+    (parameter gradients, buffer updates), each storage once, plus `extra_fixed_memory`.
+    """
+    nodes_by_name = {node.name: node for node in module.graph.nodes}
+    group_of = {name: index for index, names in enumerate(groups) for name in names}
+    order = {node.name: index for index, node in enumerate(module.graph.nodes)}
+    exports: list[set[str]] = [set() for _ in groups]
+    inputs: list[set[int]] = [set() for _ in groups]
+    for index, names in enumerate(groups):
+        for name in names:
+            for argument in nodes_by_name[name].all_input_nodes:
+                source = group_of.get(argument.name)
+                if source is None or source == index:
+                    continue
+                if source > index:
+                    raise CaptureError(
+                        f"internal: fx node {name!r} (planning node {index}) reads {argument.name!r} of the later "
+                        f"planning node {source}; please report this model"
+                    )
+                exports[source].add(argument.name)
+                inputs[index].add(source)
+    owners = find_owners(module.graph)
+    excluded = _excluded_storages(module, owners.table, fixed_outputs)
+    loss_group = group_of[loss]
+    graph_nodes = []
+    for index, names in enumerate(groups):
+        memory = _export_bytes(exports[index], owners.table, excluded)
+        graph_nodes.append(
+            Node(
+                name=_label(names, owners.allocating),
+                cost=float(costs[index]),
+                memory=memory,
+                backward=index > loss_group,
+                inputs=tuple(sorted(inputs[index])),
+            )
+        )
+    return Layout(
+        graph=Graph(tuple(graph_nodes), fixed_memory=sum(excluded.values()) + extra_fixed_memory),
+        members=tuple(tuple(names) for names in groups),
+        exports=tuple(tuple(sorted(names, key=order.__getitem__)) for names in exports),
+        random_nodes=frozenset(
+            index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
+        ),
+    )
+
+
+def is_random(node: torch.fx.Node) -> bool:
+    """True for ops that draw from the random generator (dropout, bernoulli, rand*, randn*, ...)."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def _excluded_storages(
+    module: torch.fx.GraphModule, table: StorageTable, fixed_outputs: frozenset[str]
+) -> dict[StorageKey, int]:
+    excluded: dict[StorageKey, int] = {}
+    for node in module.graph.nodes:
+        if node.op in ("placeholder", "get_attr") or node.name in fixed_outputs:
+            excluded.update(table.storages(node.name))
+    return excluded
+
+
+def _export_bytes(values: set[str], table: StorageTable, excluded: dict[StorageKey, int]) -> int:
+    storages: dict[StorageKey, int] = {}
+    for value in values:
+        storages.update(table.storages(value))
+    return sum(size for key, size in storages.items() if key not in excluded)
+
+
+def _label(names: Sequence[str], allocating: frozenset[str]) -> str:
+    """The first allocating member's fx name, or "first..last" for a node merged from several ops."""
+    anchors = [name for name in names if name in allocating] or list(names[:1])
+    return anchors[0] if len(anchors) == 1 else f"{anchors[0]}..{anchors[-1]}"

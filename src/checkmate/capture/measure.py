@@ -1,0 +1,108 @@
+"""Measure an eager training step: peak live tensor bytes and wall time. The oracle for a capture.
+
+Peak memory is counted at the level the planning graph models, tensor storages, independently of
+the capture code: a TorchDispatchMode sees every ATen op of the step (forward and backward), records
+the storage of each output with a weak reference, and after each op sums the storages still alive.
+Bytes live before the step (parameters, buffers, the batch) are added once. What the CPU allocator
+does beyond that (workspaces inside a kernel, fragmentation, caching) is not counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torch
+from checkmate.capture.sizes import tensors_of
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EagerMeasurement:
+    """Peak live storage bytes of one eager step (preexisting bytes included) and its median wall time.
+
+    Attributes:
+        peak_bytes: preexisting_bytes plus the largest total of storages created by the step and alive at once.
+        preexisting_bytes: parameters, buffers and batch tensors.
+        step_seconds: median wall time of `loss_fn(model, *batch).backward()` (0.0 when not timed).
+    """
+
+    peak_bytes: int
+    preexisting_bytes: int
+    step_seconds: float
+
+
+class LiveStorageMeter(TorchDispatchMode):
+    """Tracks the storages created by ATen ops and the largest total alive right after an op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.total = 0
+        self.peak = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        output = func(*args, **(kwargs or {}))
+        self._forget_freed()
+        for tensor in tensors_of(output):
+            storage = tensor.untyped_storage()
+            key = storage._cdata
+            if key not in self.live and storage.nbytes() > 0:
+                self.live[key] = (StorageWeakRef(storage), int(storage.nbytes()))
+                self.total += int(storage.nbytes())
+        self.peak = max(self.peak, self.total)
+        return output
+
+    def _forget_freed(self) -> None:
+        for key in [key for key, (reference, _) in self.live.items() if reference.expired()]:
+            self.total -= self.live.pop(key)[1]
+
+
+def measure_eager_step(
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor],
+    batch: Sequence[Any],
+    *,
+    repeats: int = 0,
+) -> EagerMeasurement:
+    """Run `loss_fn(model, *batch).backward()` once under the meter, then `repeats` timed runs (median)."""
+    model.zero_grad(set_to_none=True)
+    preexisting = _distinct_bytes([*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(batch))])
+    meter = LiveStorageMeter()
+    with meter:
+        loss_fn(model, *batch).backward()
+    model.zero_grad(set_to_none=True)
+    timings = [_timed_step(model, loss_fn, batch) for _ in range(repeats)]
+    return EagerMeasurement(
+        peak_bytes=preexisting + meter.peak,
+        preexisting_bytes=preexisting,
+        step_seconds=statistics.median(timings) if timings else 0.0,
+    )
+
+
+def _timed_step(model: nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Sequence[Any]) -> float:
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    loss_fn(model, *batch).backward()
+    elapsed = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    return elapsed
+
+
+def _distinct_bytes(tensors: Sequence[Any]) -> int:
+    storages = {
+        tensor.untyped_storage()._cdata: tensor.untyped_storage().nbytes()
+        for tensor in tensors
+        if isinstance(tensor, torch.Tensor)
+    }
+    return int(sum(storages.values()))

@@ -1,0 +1,132 @@
+"""Sizes of fx values: which storages each value lives in and how many bytes they take.
+
+The fake tensors in `meta["val"]` give shapes and dtypes without allocating anything, but in a
+functionalized graph they do not share storage objects the way real views would. Aliasing is
+therefore read from the op schemas instead: an output annotated as an alias of an input (`Tensor(a)`
+in `view`, `t`, `expand`, `detach`, `alias`...), an `_unsafe_view`, or a `getitem` of a multi-output
+op lives in its source's storage. Every other tensor output gets a new storage whose size is that
+of the fake tensor's storage. Bytes are then counted per storage, never per tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+StorageKey = int
+
+_UNSAFE_VIEWS = frozenset({"aten::_unsafe_view"})
+
+
+def tensors_of(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors inside a node value (a tensor, or a nested tuple/list of tensors and None)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from tensors_of(item)
+
+
+@dataclass(frozen=True)
+class StorageTable:
+    """For each fx node name, the storages its value lives in, as {storage id: bytes}, one per output slot.
+
+    `slots[name]` lists the storage id of each output (None where the output is not a tensor),
+    so that `getitem` can find the storage of one output of a multi-output op.
+    """
+
+    slots: dict[str, tuple[StorageKey | None, ...]]
+    sizes: dict[StorageKey, int]
+
+    def storages(self, name: str) -> dict[StorageKey, int]:
+        """{storage id: bytes} of the node's value (empty when it holds no tensor)."""
+        return {key: self.sizes[key] for key in self.slots.get(name, ()) if key is not None}
+
+
+def storage_table(graph: torch.fx.Graph) -> StorageTable:
+    """Assign storage ids to every tensor value of the graph, following aliasing through op schemas."""
+    slots: dict[str, tuple[StorageKey | None, ...]] = {}
+    sizes: dict[StorageKey, int] = {}
+    for node in graph.nodes:
+        if node.op == "output":
+            continue
+        value = node.meta.get("val")
+        outputs = list(value) if isinstance(value, (tuple, list)) else [value]
+        aliases = _aliased_sources(node, slots)
+        keys: list[StorageKey | None] = []
+        for position, output in enumerate(outputs):
+            source = aliases[position] if position < len(aliases) else None
+            if source is not None:
+                keys.append(source)
+            elif isinstance(output, torch.Tensor):
+                keys.append(len(sizes))
+                sizes[len(sizes)] = int(output.untyped_storage().nbytes())
+            else:
+                keys.append(None)
+        slots[node.name] = tuple(keys)
+    return StorageTable(slots, sizes)
+
+
+def _aliased_sources(node: torch.fx.Node, slots: dict[str, tuple[StorageKey | None, ...]]) -> list[StorageKey | None]:
+    """For each output of the node, the storage of the input it aliases, or None for a fresh output."""
+    if node.op != "call_function":
+        return []
+    if node.target is operator.getitem:
+        source, index = node.args[0], node.args[1]
+        if isinstance(source, torch.fx.Node) and isinstance(index, int):
+            return [slots[source.name][index]]
+        return []
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return []
+    schema = target._schema
+    first_tensor = _first_tensor_input(node, slots)
+    if schema.name in _UNSAFE_VIEWS:
+        return [first_tensor]
+    by_alias_set = _input_storages_by_alias_set(node, slots)
+    result: list[StorageKey | None] = []
+    for returned in schema.returns:
+        alias = returned.alias_info
+        result.append(by_alias_set.get(next(iter(alias.before_set), ""), first_tensor) if alias else None)
+    if len(schema.returns) == 1 and isinstance(node.meta.get("val"), (tuple, list)):
+        return result * len(node.meta["val"])
+    return result
+
+
+def _input_storages_by_alias_set(
+    node: torch.fx.Node, slots: dict[str, tuple[StorageKey | None, ...]]
+) -> dict[str, StorageKey | None]:
+    assert isinstance(node.target, torch._ops.OpOverload)
+    mapping: dict[str, StorageKey | None] = {}
+    arguments = node.target._schema.arguments
+    for position, argument in enumerate(arguments):
+        if argument.alias_info is None:
+            continue
+        value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, torch.fx.Node) and slots.get(value.name):
+            for alias_set in argument.alias_info.before_set:
+                mapping[alias_set] = slots[value.name][0]
+    return mapping
+
+
+def _first_tensor_input(node: torch.fx.Node, slots: dict[str, tuple[StorageKey | None, ...]]) -> StorageKey | None:
+    for argument in node.all_input_nodes:
+        keys = slots.get(argument.name, ())
+        if keys and keys[0] is not None:
+            return keys[0]
+    return None
+
+
+def union_bytes(storages: Iterable[dict[StorageKey, int]]) -> int:
+    """Bytes of the union of several storage maps, each storage counted once."""
+    union: dict[StorageKey, int] = {}
+    for mapping in storages:
+        union.update(mapping)
+    return sum(union.values())

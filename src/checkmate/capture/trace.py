@@ -1,0 +1,153 @@
+"""Trace one training step into a functional joint forward + backward ATen graph, on fake tensors.
+
+AOTAutograd does the work (`aot_export_module(..., trace_joint=True)`): it runs the step under a
+FakeTensorMode, so no activation is ever allocated, functionalizes it (BatchNorm's running-statistic
+updates become ordinary outputs instead of in-place mutations of placeholders) and records the
+backward pass that autograd would run. The placeholders come out as parameters, buffers, then the
+flattened batch, which is the order the Captured contract promises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils import _pytree as pytree
+
+import torch
+from checkmate.errors import CaptureError
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+LossFunction = Callable[..., torch.Tensor]
+
+_PREFIX = "model."
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The functional joint graph of one step and the names of what enters and leaves it.
+
+    Attributes:
+        module: the joint graph; placeholders are parameters, buffers, then batch leaves.
+        parameter_names: model parameter names in placeholder order.
+        buffer_names: model buffer names in placeholder order.
+        batch_shapes: (shape, dtype name) of each flattened batch tensor.
+        batch_spec: the pytree spec of the batch.
+        loss: fx name of the scalar loss.
+        gradients: for each parameter, the fx name of its gradient (None when it gets none).
+        buffer_updates: for each buffer, the fx name of its new value (None when unchanged).
+    """
+
+    module: torch.fx.GraphModule
+    parameter_names: tuple[str, ...]
+    buffer_names: tuple[str, ...]
+    batch_shapes: tuple[tuple[tuple[int, ...], str], ...]
+    batch_spec: Any
+    loss: str
+    gradients: tuple[str | None, ...]
+    buffer_updates: tuple[str | None, ...]
+
+
+class _Step(nn.Module):
+    """Wraps `loss_fn(model, *batch)` as a module over the flattened batch, returning `(loss,)`."""
+
+    def __init__(self, model: nn.Module, loss_fn: LossFunction, batch_spec: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+        self.batch_spec = batch_spec
+
+    def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor]:
+        batch = pytree.tree_unflatten(list(leaves), self.batch_spec)
+        return (self.loss_fn(self.model, *batch),)
+
+
+def flatten_batch(batch: Sequence[Any]) -> tuple[list[torch.Tensor], Any]:
+    """Flatten a batch (a tuple of tensors, dicts, lists...) into tensor leaves and a spec."""
+    leaves, spec = pytree.tree_flatten(tuple(batch))
+    for index, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise CaptureError(
+                f"batch leaf {index} is a {type(leaf).__name__}, not a tensor: pass only tensors in the batch "
+                "and bind other arguments (flags, sizes) inside loss_fn"
+            )
+    return leaves, spec
+
+
+def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) -> Trace:
+    """Trace `loss_fn(model, *batch)` and its backward with fake tensors into a functional joint graph."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    leaves, spec = flatten_batch(batch)
+    step = _Step(model, loss_fn, spec)
+    try:
+        module, signature = aot_export_module(step, leaves, trace_joint=True, output_loss_index=0)
+    except CaptureError:
+        raise
+    except Exception as error:
+        raise CaptureError(explain_trace_error(error)) from error
+    if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
+        raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
+    _check_signature(signature)
+    parameter_names = tuple(name.removeprefix(_PREFIX) for name in signature.parameters)
+    buffer_names = tuple(name.removeprefix(_PREFIX) for name in signature.buffers)
+    gradient_of = {param: out for out, param in signature.backward_signature.gradients_to_parameters.items()}
+    update_of = {buffer: out for out, buffer in signature.buffers_to_mutate.items()}
+    loss = signature.user_outputs[0]
+    _check_loss(module, loss)
+    return Trace(
+        module=module,
+        parameter_names=parameter_names,
+        buffer_names=buffer_names,
+        batch_shapes=tuple((tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) for leaf in leaves),
+        batch_spec=spec,
+        loss=loss,
+        gradients=tuple(gradient_of.get(name) for name in signature.parameters),
+        buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
+    )
+
+
+def _check_signature(signature: Any) -> None:
+    mutated = dict(signature.parameters_to_mutate) | dict(signature.user_inputs_to_mutate)
+    if mutated:
+        name = next(iter(mutated.values()))
+        raise CaptureError(
+            f"the step mutates {name!r} in place (a parameter or batch input); checkmate plans a functional step: "
+            "clone the tensor before changing it, or move the update out of loss_fn"
+        )
+
+
+def _check_loss(module: torch.fx.GraphModule, loss: str) -> None:
+    node = next(node for node in module.graph.nodes if node.name == loss)
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise CaptureError(f"loss_fn must return a scalar tensor, got {shape}: reduce the loss (e.g. .mean())")
+
+
+def explain_trace_error(error: Exception) -> str:
+    """Turn a tracing failure into a message naming the construct and the fix."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException, UnsupportedOperatorException
+
+    text = f"{type(error).__name__}: {error}".strip()
+    first_line = text.splitlines()[0][:300]
+    if isinstance(error, UnsupportedOperatorException):
+        return (
+            f"op {error.func} has no fake-tensor (meta) implementation, so its output size is unknown: "
+            "register one with torch.library.register_fake, or replace the op"
+        )
+    if isinstance(error, DynamicOutputShapeException):
+        return (
+            f"op {error.func} has an output shape that depends on tensor values; a static plan needs static "
+            "shapes: pad to a fixed size or use a masked formulation"
+        )
+    if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
+        return (
+            f"the step branches on a tensor's value (data-dependent control flow): {first_line}. "
+            "Make the branch depend on shapes or Python values only, or use torch.where / torch.cond"
+        )
+    return f"tracing the training step failed: {first_line}. The model must be traceable by AOTAutograd"
