@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.compare import REFERENCE, accepted_options, compare, format_table
-from checkmate.errors import CheckmateError
+from checkmate.errors import CheckmateError, InvalidGraph
 from checkmate.graph import Graph
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
@@ -97,7 +97,10 @@ def _method_options(arguments: argparse.Namespace) -> dict[str, Any]:
 
 
 def _load_graph(path: Path) -> Graph:
-    return Graph.from_json(path.read_text())
+    graph = Graph.from_json(path.read_text())
+    if graph.size == 0:
+        raise InvalidGraph(f"{path} holds a graph with no nodes; there is nothing to plan")
+    return graph
 
 
 def _solve(arguments: argparse.Namespace) -> int:

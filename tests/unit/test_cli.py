@@ -93,8 +93,9 @@ def test_compare_refuses_unknown_methods() -> None:
         ([{"name": "a", "cost": 1, "memory": 1, "inputs": [0]}], "cycle"),
         ([{"name": "a", "cost": 1, "memory": -4}], "memory must be"),
         ([{"name": "a", "cost": -1, "memory": 4}], "cost must be"),
+        ([], "no nodes"),
     ],
-    ids=["forward-reference", "self-cycle", "negative-memory", "negative-cost"],
+    ids=["forward-reference", "self-cycle", "negative-memory", "negative-cost", "empty"],
 )
 def test_bad_graphs_give_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], nodes: list[dict[str, object]], message: str
