@@ -1,0 +1,16 @@
+"""Execution: run a plan's schedule over a captured step, and measure the memory it really uses."""
+
+from checkmate.execute.interpreter import Program, StepOutputs, prepare, run_schedule
+from checkmate.execute.memory import PeakMeter, eager_peak, measure_peak, step_baseline, storage_bytes
+
+__all__ = [
+    "PeakMeter",
+    "Program",
+    "StepOutputs",
+    "eager_peak",
+    "measure_peak",
+    "prepare",
+    "run_schedule",
+    "step_baseline",
+    "storage_bytes",
+]

@@ -1,0 +1,326 @@
+"""Run a lowered Schedule over a Captured training step, node by node, like torch.fx.Interpreter.
+
+`prepare(captured)` turns the joint fx graph into one small program per graph node (its member fx
+nodes, where each argument comes from, and when each non-exported value dies). `run_schedule` then
+walks the schedule's steps: `Compute(i, t)` evaluates node i's members in fx order and keeps its
+exported values as one more live copy; `Free(i, t)` drops one copy. Nothing else stays alive, so the
+live tensors follow the plan's memory model.
+
+Loss, gradients and buffer updates are taken the first time their node runs (stage i of node i) and
+never again, so a recomputation cannot count twice. Random nodes save the CPU (and CUDA) generator
+state before their first computation and replay it inside `torch.random.fork_rng` when recomputed:
+the recomputed masks equal the first ones and the global stream advances exactly as in eager mode.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.node import map_aggregate
+
+from checkmate.captured import Captured
+from checkmate.errors import ExecutionError
+from checkmate.simulate import Compute, Schedule
+
+log = logging.getLogger(__name__)
+
+GradientSink = Callable[[int, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An argument slot filled at run time with the fx value `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One member fx node, ready to evaluate.
+
+    Attributes:
+        name: the fx node's name (its value's key in the environment).
+        target: the callable (an ATen overload or operator.getitem).
+        args: positional arguments, with fx values replaced by Reference.
+        kwargs: keyword arguments, likewise.
+        slots: (position, name) of the top-level positional arguments that are references.
+        nested: True when references also sit inside lists or keyword arguments (slow path).
+        release: names of member values that die right after this operation (last use within the node).
+    """
+
+    name: str
+    target: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    slots: tuple[tuple[int, str], ...]
+    nested: bool
+    release: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeProgram:
+    """What computing one graph node means: its operations, what it keeps, and what leaves the step from it."""
+
+    label: str
+    operations: tuple[Operation, ...]
+    exports: tuple[str, ...]
+    loss: str | None
+    gradients: tuple[tuple[int, str], ...]
+    buffer_updates: tuple[tuple[int, str], ...]
+    random: bool
+
+
+@dataclass(frozen=True)
+class Program:
+    """A Captured step compiled for the interpreter."""
+
+    placeholders: tuple[str, ...]
+    constants: dict[str, Any]
+    nodes: tuple[NodeProgram, ...]
+    buffer_count: int
+
+
+@dataclass(frozen=True)
+class StepOutputs:
+    """What one run leaves: the detached loss and the new buffer values (None where a buffer is unchanged)."""
+
+    loss: torch.Tensor
+    buffer_updates: tuple[torch.Tensor | None, ...]
+
+
+def prepare(captured: Captured) -> Program:
+    """Compile a Captured step into per-node programs, checking that every argument has a source the plan keeps."""
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    placeholders = tuple(node.name for node in captured.module.graph.nodes if node.op == "placeholder")
+    constants = {
+        node.name: _fetch_attribute(captured.module, str(node.target))
+        for node in captured.module.graph.nodes
+        if node.op == "get_attr"
+    }
+    if len(captured.members) != captured.graph.size or len(captured.exports) != captured.graph.size:
+        raise ExecutionError(
+            f"the capture has {len(captured.members)} member lists and {len(captured.exports)} export lists "
+            f"for a graph of {captured.graph.size} nodes; they must match"
+        )
+    owner = {name: index for index, members in enumerate(captured.members) for name in members}
+    _check_outputs_owned(captured, owner)
+    nodes = tuple(
+        _node_program(captured, index, fx_nodes, owner, frozenset(placeholders) | constants.keys())
+        for index in range(captured.graph.size)
+    )
+    return Program(placeholders, constants, nodes, len(captured.buffer_names))
+
+
+def _fetch_attribute(module: torch.nn.Module, target: str) -> Any:
+    return functools.reduce(getattr, target.split("."), module)
+
+
+def _check_outputs_owned(captured: Captured, owner: dict[str, int]) -> None:
+    leaving = [("loss", captured.loss)]
+    leaving += [(f"gradient of {p}", g) for p, g in zip(captured.parameter_names, captured.gradients, strict=True) if g]
+    leaving += [
+        (f"update of buffer {b}", u) for b, u in zip(captured.buffer_names, captured.buffer_updates, strict=True) if u
+    ]
+    for what, name in leaving:
+        if name not in owner:
+            raise ExecutionError(f"the {what} is fx value {name!r}, which no graph node computes (not in any members)")
+
+
+def _node_program(
+    captured: Captured, index: int, fx_nodes: dict[str, torch.fx.Node], owner: dict[str, int], always: frozenset[str]
+) -> NodeProgram:
+    members = captured.members[index]
+    label = f"graph node {index} ({captured.graph.nodes[index].name!r})"
+    readable = set(always)
+    for source in captured.graph.nodes[index].inputs:
+        readable.update(captured.exports[source])
+    gradients = tuple((p, g) for p, g in enumerate(captured.gradients) if g is not None and owner.get(g) == index)
+    updates = tuple((b, u) for b, u in enumerate(captured.buffer_updates) if u is not None and owner.get(u) == index)
+    keep = set(captured.exports[index])
+    computed = [name for name in members if fx_nodes[name].op == "call_function"]
+    missing = keep - set(computed)
+    if missing:
+        raise ExecutionError(f"{label} exports {sorted(missing)}, which are not among its computed members")
+    last_use = _last_uses(computed, fx_nodes)
+    operations = []
+    for position, name in enumerate(computed):
+        fx_node = fx_nodes[name]
+        for argument in fx_node.all_input_nodes:
+            if argument.name not in readable:
+                raise ExecutionError(
+                    f"{label}: member {name!r} reads fx value {argument.name!r}, which is neither a member computed "
+                    "before it, a placeholder, nor an export of one of the node's inputs"
+                )
+        readable.add(name)
+        release = tuple(
+            value for value in computed[: position + 1] if last_use[value] == position and value not in keep
+        )
+        operations.append(_operation(fx_node, release))
+    return NodeProgram(
+        label=label,
+        operations=tuple(operations),
+        exports=tuple(captured.exports[index]),
+        loss=captured.loss if owner[captured.loss] == index else None,
+        gradients=gradients,
+        buffer_updates=updates,
+        random=index in captured.random_nodes,
+    )
+
+
+def _last_uses(computed: list[str], fx_nodes: dict[str, torch.fx.Node]) -> dict[str, int]:
+    """Position of the last member reading each member value (its own position when no member reads it)."""
+    position_of = {name: position for position, name in enumerate(computed)}
+    last = dict(position_of)
+    for position, name in enumerate(computed):
+        for argument in fx_nodes[name].all_input_nodes:
+            if argument.name in position_of:
+                last[argument.name] = max(last[argument.name], position)
+    return last
+
+
+def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
+    def to_reference(value: Any) -> Any:
+        return Reference(value.name) if isinstance(value, torch.fx.Node) else value
+
+    args = tuple(map_aggregate(fx_node.args, to_reference))
+    kwargs = dict(map_aggregate(dict(fx_node.kwargs), to_reference))
+    slots = tuple(
+        (position, value.name) for position, value in enumerate(fx_node.args) if isinstance(value, torch.fx.Node)
+    )
+    nested = _count_references((args, kwargs)) != len(slots)
+    if not callable(fx_node.target):
+        raise ExecutionError(f"fx node {fx_node.name!r} has target {fx_node.target!r}, which is not callable")
+    return Operation(fx_node.name, fx_node.target, args, kwargs, slots, nested, release)
+
+
+def _count_references(value: Any) -> int:
+    if isinstance(value, Reference):
+        return 1
+    if isinstance(value, (tuple, list)):
+        return sum(_count_references(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_count_references(item) for item in value.values())
+    return 0
+
+
+def run_schedule(
+    program: Program, schedule: Schedule, inputs: Sequence[Any], *, on_gradient: GradientSink
+) -> StepOutputs:
+    """Run one training step exactly as `schedule` says.
+
+    Args:
+        program: the step, from `prepare(captured)`.
+        schedule: `lower(captured.graph, plan.R, plan.S)`.
+        inputs: live tensors in placeholder order: parameters (detached), buffers, flattened batch.
+        on_gradient: called as on_gradient(parameter_index, gradient) as soon as a gradient is computed.
+
+    Returns:
+        The detached loss and the buffers' new values.
+
+    Raises:
+        ExecutionError: an operation failed; the message names the graph node, the stage and the fx node.
+    """
+    if len(inputs) != len(program.placeholders):
+        raise ExecutionError(f"the step takes {len(program.placeholders)} inputs, got {len(inputs)}")
+    run = _Run(program, inputs, on_gradient)
+    with torch.no_grad():
+        for step in schedule.steps:
+            if isinstance(step, Compute):
+                run.compute(step.node, step.stage)
+            else:
+                run.free(step.node)
+    if run.loss is None:
+        raise ExecutionError("the schedule never computed the loss node")
+    return StepOutputs(run.loss, tuple(run.buffer_updates))
+
+
+class _Run:
+    """The mutable state of one step: the environment of live values and the copies the plan holds."""
+
+    def __init__(self, program: Program, inputs: Sequence[Any], on_gradient: GradientSink) -> None:
+        self.program = program
+        self.env: dict[str, Any] = dict(zip(program.placeholders, inputs, strict=True))
+        self.env.update(program.constants)
+        self.copies: dict[int, list[tuple[Any, ...]]] = {}
+        self.rng_states: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
+        self.cuda_devices = sorted({t.device.index or 0 for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda})
+        self.on_gradient = on_gradient
+        self.loss: torch.Tensor | None = None
+        self.buffer_updates: list[torch.Tensor | None] = [None] * program.buffer_count
+
+    def compute(self, index: int, stage: int) -> None:
+        node = self.program.nodes[index]
+        first = stage == index
+        if node.random and first:
+            self.rng_states[index] = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self.cuda_devices])
+        if node.random and not first:
+            with torch.random.fork_rng(devices=self.cuda_devices):
+                cpu_state, cuda_states = self.rng_states[index]
+                torch.set_rng_state(cpu_state)
+                for device, state in zip(self.cuda_devices, cuda_states, strict=True):
+                    torch.cuda.set_rng_state(state, device)
+                self._evaluate(node, stage, first)
+        else:
+            self._evaluate(node, stage, first)
+        self.copies.setdefault(index, []).append(tuple(self.env[name] for name in node.exports))
+
+    def _evaluate(self, node: NodeProgram, stage: int, first: bool) -> None:
+        env = self.env
+        for operation in node.operations:
+            try:
+                env[operation.name] = _call(operation, env)
+            except Exception as error:
+                raise ExecutionError(
+                    f"{node.label}, stage {stage}: fx node {operation.name!r} ({operation.target}) failed: {error}"
+                ) from error
+            if first:
+                self._take(node, operation.name)
+            for name in operation.release:
+                del env[name]
+
+    def _take(self, node: NodeProgram, name: str) -> None:
+        if name == node.loss:
+            self.loss = self.env[name].detach()
+        for parameter, gradient in node.gradients:
+            if gradient == name:
+                self.on_gradient(parameter, self.env[name])
+        for buffer, update in node.buffer_updates:
+            if update == name:
+                self.buffer_updates[buffer] = self.env[name]
+
+    def free(self, index: int) -> None:
+        held = self.copies.get(index)
+        if not held:
+            raise ExecutionError(f"the schedule frees {self.program.nodes[index].label}, which holds no live copy")
+        held.pop(0)
+        if not held:
+            for name in self.program.nodes[index].exports:
+                del self.env[name]
+
+
+def _call(operation: Operation, env: dict[str, Any]) -> Any:
+    if operation.nested:
+        args, kwargs = _resolve((operation.args, operation.kwargs), env)
+        return operation.target(*args, **kwargs)
+    args = list(operation.args)
+    for position, name in operation.slots:
+        args[position] = env[name]
+    return operation.target(*args, **operation.kwargs)
+
+
+def _resolve(value: Any, env: dict[str, Any]) -> Any:
+    if isinstance(value, Reference):
+        return env[value.name]
+    if isinstance(value, tuple):
+        return tuple(_resolve(item, env) for item in value)
+    if isinstance(value, list):
+        return [_resolve(item, env) for item in value]
+    if isinstance(value, dict):
+        return {key: _resolve(item, env) for key, item in value.items()}
+    return value
