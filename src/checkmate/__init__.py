@@ -33,6 +33,15 @@ def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:
     return capture_step(model, loss_fn, batch, **options)
 
 
+def compile(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Any:
+    """Plan a training step within a memory budget and return a step that runs the plan; see
+    `checkmate.compiled.compile` (imports torch).
+    """
+    from checkmate.compiled import compile as compile_step
+
+    return compile_step(model, loss_fn, batch, **options)
+
+
 __all__ = [
     "CaptureError",
     "Captured",
@@ -51,6 +60,7 @@ __all__ = [
     "capture",
     "cheapest_r",
     "check_plan",
+    "compile",
     "format_bytes",
     "lower",
     "make_plan",

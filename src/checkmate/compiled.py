@@ -1,0 +1,349 @@
+"""`checkmate.compile`: capture a training step, plan it within a memory budget, and run it as planned.
+
+    step = checkmate.compile(model, loss_fn, batch, budget=0.5, method="optimal", time_limit=60)
+    loss = step(*batch)          # forward + backward by the plan; .grad filled as loss.backward() would
+    optimizer.step(); optimizer.zero_grad()
+    print(step.report())
+
+Each call feeds the model's current parameters and buffers (an optimizer's updates are seen), runs
+the schedule with the interpreter, accumulates gradients into `.grad` as eager autograd does, writes
+buffer updates (BatchNorm running statistics) once, and returns the detached loss. Plans are kept per
+batch shape and dtype; a new shape is captured and planned again (or refused with `replan=False`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from checkmate import plan_cache
+from checkmate.captured import Captured
+from checkmate.errors import ExecutionError
+from checkmate.execute.interpreter import Program, prepare, run_schedule
+from checkmate.execute.memory import measure_peak, step_baseline
+from checkmate.graph import Graph
+from checkmate.plan import Plan
+from checkmate.simulate import Schedule, lower
+from checkmate.solve import solve
+from checkmate.step_report import StepReport
+from checkmate.units import format_bytes, parse_bytes
+
+log = logging.getLogger(__name__)
+
+LossFunction = Callable[..., torch.Tensor]
+BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
+MEASURE_CHOICES = ("first", "every", "never")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a CompiledStep plans: the budget as given, the method and its options, and the capture options."""
+
+    budget: int | float | str
+    method: str
+    solve_options: dict[str, Any]
+    capture_options: dict[str, Any]
+    cache: bool
+    replan: bool
+    measure_memory: str
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A step planned for one batch signature."""
+
+    captured: Captured
+    program: Program
+    plan: Plan
+    schedule: Schedule
+    no_remat: Plan
+
+
+def compile(
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    *,
+    budget: int | float | str,
+    method: str = "optimal",
+    cost_model: str = "profile",
+    cache: bool = True,
+    replan: bool = True,
+    measure_memory: str = "first",
+    **solve_options: Any,
+) -> CompiledStep:
+    """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
+
+    Args:
+        model: the module to train, on the device it will run on.
+        loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
+        batch: an example batch (a tuple of tensors, possibly nested); its shapes and dtypes are planned for.
+        budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the
+            peak with no recomputation (the `checkpoint_all` plan). Fixed memory (parameters, gradients,
+            buffers, batch) is included.
+        method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
+        cost_model: how capture prices ops: "profile", "flops" or "unit".
+        cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
+        replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
+        measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
+            "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
+        **solve_options: options of the method, such as `time_limit=60`.
+
+    Returns:
+        A CompiledStep; call it with a batch.
+
+    Raises:
+        CaptureError: the model cannot be captured.
+        InfeasibleBudget: no plan of `method` fits the budget; the error names the smallest it could meet.
+
+    Example:
+        >>> step = checkmate.compile(model, loss_fn, (x, y), budget=0.5, time_limit=30)
+        >>> loss = step(x, y)
+    """
+    if measure_memory not in MEASURE_CHOICES:
+        raise ValueError(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
+    settings = Settings(
+        budget=budget,
+        method=method,
+        solve_options=dict(solve_options),
+        capture_options={"cost_model": cost_model},
+        cache=cache,
+        replan=replan,
+        measure_memory=measure_memory,
+    )
+    leaves, spec = pytree.tree_flatten(tuple(batch))
+    compiled = plan_step(model, loss_fn, batch, settings)
+    return CompiledStep(model, loss_fn, settings, {_signature(leaves, spec): compiled})
+
+
+def resolve_budget(budget: int | float | str, no_remat_peak: int) -> int:
+    """Bytes from a budget given as bytes, a size string, or a fraction in (0, 1] of the no-remat peak."""
+    if isinstance(budget, bool):
+        raise ValueError(f"budget must be bytes or a fraction in (0, 1], got {budget!r}")
+    if isinstance(budget, float):
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(
+                f"a float budget is a fraction of the no-recomputation peak and must lie in (0, 1], got {budget}: "
+                "pass bytes as an int or a string such as '8GiB'"
+            )
+        return int(budget * no_remat_peak)
+    return parse_bytes(budget)
+
+
+def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
+    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
+    from checkmate.capture import capture
+
+    captured = capture(model, loss_fn, batch, **settings.capture_options)
+    no_remat = solve(captured.graph, None, method="checkpoint_all")
+    budget = resolve_budget(settings.budget, no_remat.peak_memory)
+    log.info(
+        "planning %d nodes: no-remat peak %s, budget %s, method %s",
+        captured.graph.size,
+        format_bytes(no_remat.peak_memory),
+        format_bytes(budget),
+        settings.method,
+    )
+    plan = _cached_solve(captured, budget, settings)
+    return Compiled(captured, prepare(captured), plan, lower(captured.graph, plan.R, plan.S), no_remat)
+
+
+def _cached_solve(captured: Captured, budget: int, settings: Settings) -> Plan:
+    key = plan_cache.plan_key(
+        captured.graph,
+        budget=budget,
+        method=settings.method,
+        options=settings.solve_options,
+        cost_model=captured.cost_model,
+        device=captured.device,
+    )
+    if settings.cache:
+        cached = plan_cache.load_cached(key, captured.graph, cost_model=captured.cost_model)
+        if cached is not None:
+            return cached
+    plan = solve(captured.graph, budget, method=settings.method, **settings.solve_options)
+    if settings.cache:
+        plan_cache.store_cached(key, plan, captured.graph, cost_model=captured.cost_model)
+    return plan
+
+
+def _signature(leaves: list[Any], spec: Any) -> BatchSignature:
+    shapes = tuple(
+        (tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) if isinstance(leaf, torch.Tensor) else ((), "?")
+        for leaf in leaves
+    )
+    return (spec, shapes)
+
+
+class CompiledStep:
+    """A training step that runs forward and backward as a rematerialization plan says.
+
+    Attributes:
+        model: the module whose parameters, gradients and buffers each call uses and updates.
+        loss_fn: the loss function given to `compile`.
+    """
+
+    def __init__(
+        self, model: nn.Module, loss_fn: LossFunction, settings: Settings, compiled: dict[BatchSignature, Compiled]
+    ) -> None:
+        self.model = model
+        self.loss_fn = loss_fn
+        self._settings = settings
+        self._compiled = dict(compiled)
+        self._current = next(iter(self._compiled))
+        self._measured_peak: dict[BatchSignature, int] = {}
+        self._measured_time: float | None = None
+
+    @property
+    def plan(self) -> Plan:
+        """The plan of the batch shape used last (the compile batch until another shape is run)."""
+        return self._compiled[self._current].plan
+
+    @property
+    def graph(self) -> Graph:
+        """The planning graph of the batch shape used last."""
+        return self._compiled[self._current].captured.graph
+
+    @property
+    def captured(self) -> Captured:
+        """The captured step of the batch shape used last."""
+        return self._compiled[self._current].captured
+
+    def __call__(self, *batch: Any) -> torch.Tensor:
+        """Run forward and backward on `batch` following the plan; returns the detached loss.
+
+        Gradients are added into each parameter's `.grad` (set when it is None), and buffers that the
+        step updates (BatchNorm running statistics) are written once.
+        """
+        leaves, spec = pytree.tree_flatten(tuple(batch))
+        signature = _signature(leaves, spec)
+        compiled = self._compiled.get(signature) or self._replan(batch, signature)
+        self._current = signature
+        measure = self._settings.measure_memory == "every" or (
+            self._settings.measure_memory == "first" and signature not in self._measured_peak
+        )
+        return self._run(compiled, leaves, measure)
+
+    def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
+        planned = self.captured
+        if not self._settings.replan:
+            raise ExecutionError(
+                f"this step was planned for batch {_describe(planned.batch_shapes)} and got "
+                f"{_describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
+            )
+        log.info("new batch signature %s: capturing and planning again", _describe(signature[1]))
+        compiled = plan_step(self.model, self.loss_fn, batch, self._settings)
+        self._compiled[signature] = compiled
+        return compiled
+
+    def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
+        captured = compiled.captured
+        named_parameters = dict(self.model.named_parameters(remove_duplicate=False))
+        named_buffers = dict(self.model.named_buffers(remove_duplicate=False))
+        parameters = [named_parameters[name] for name in captured.parameter_names]
+        buffers = [named_buffers[name] for name in captured.buffer_names]
+        inputs = [p.detach() for p in parameters] + buffers + leaves
+        device = parameters[0].device if parameters else torch.device("cpu")
+
+        def accumulate(index: int, gradient: torch.Tensor) -> None:
+            _accumulate_gradient(parameters[index], gradient)
+
+        timed = not measure or device.type == "cuda"
+        _synchronize(device)
+        started = time.perf_counter()
+        if measure:
+            with measure_peak(device, step_baseline(self.model, leaves)) as meter:
+                outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=accumulate)
+                _write_buffers(buffers, outputs.buffer_updates)
+            self._measured_peak[self._current] = meter.peak_bytes
+        else:
+            outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=accumulate)
+            _write_buffers(buffers, outputs.buffer_updates)
+        _synchronize(device)
+        if timed:
+            self._measured_time = time.perf_counter() - started
+        return outputs.loss
+
+    def report(self) -> StepReport:
+        """Planned figures of the current batch shape and, once measured, the live-tensor peak and step time."""
+        compiled = self._compiled[self._current]
+        plan = compiled.plan
+        budget = plan.budget if plan.budget is not None else compiled.no_remat.peak_memory
+        overhead = plan.cost / compiled.no_remat.cost - 1.0 if compiled.no_remat.cost > 0 else 0.0
+        return StepReport(
+            method=plan.method,
+            status=plan.status,
+            cost_model=compiled.captured.cost_model,
+            nodes=compiled.captured.graph.size,
+            no_remat_peak=compiled.no_remat.peak_memory,
+            budget=budget,
+            planned_peak=plan.peak_memory,
+            planned_overhead=overhead,
+            measured_peak=self._measured_peak.get(self._current),
+            measured_time=self._measured_time,
+        )
+
+    def save_plan(self, path: str | os.PathLike[str]) -> None:
+        """Write the current plan to `path` (JSON with a fingerprint of its graph)."""
+        compiled = self._compiled[self._current]
+        plan_cache.write_plan(path, compiled.plan, compiled.captured.graph, cost_model=compiled.captured.cost_model)
+
+    def load_plan(self, path: str | os.PathLike[str]) -> Plan:
+        """Use the plan saved at `path` for the current batch shape; it must have been made for this graph.
+
+        Raises:
+            CheckmateError: the file holds a plan for another graph.
+        """
+        compiled = self._compiled[self._current]
+        captured = compiled.captured
+        plan = plan_cache.read_plan(path, captured.graph, cost_model=captured.cost_model)
+        schedule = lower(captured.graph, plan.R, plan.S)
+        self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule)
+        self._measured_peak.pop(self._current, None)
+        return plan
+
+
+def _accumulate_gradient(parameter: torch.Tensor, gradient: torch.Tensor) -> None:
+    """Add a gradient as eager AccumulateGrad does: take it (in the parameter's layout) or add in place."""
+    if parameter.grad is None:
+        parameter.grad = _in_layout_of(parameter, gradient)
+    else:
+        parameter.grad.add_(gradient)
+
+
+def _in_layout_of(parameter: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """The gradient itself when it has the parameter's strides and owns its storage, else a copy that has them."""
+    exact = (
+        gradient.stride() == parameter.stride()
+        and gradient.storage_offset() == 0
+        and gradient.untyped_storage().nbytes() == gradient.numel() * gradient.element_size()
+    )
+    if exact:
+        return gradient
+    copy = torch.empty_strided(parameter.shape, parameter.stride(), dtype=gradient.dtype, device=gradient.device)
+    return copy.copy_(gradient)
+
+
+def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tensor | None]) -> None:
+    with torch.no_grad():
+        for buffer, update in zip(buffers, updates, strict=True):
+            if update is not None:
+                buffer.copy_(update)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _describe(shapes: Sequence[tuple[tuple[int, ...], str]]) -> str:
+    return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in shapes)

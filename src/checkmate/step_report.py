@@ -1,0 +1,54 @@
+"""What a compiled step reports: the plan's figures beside the measured ones."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """Planned and measured figures of a compiled step, for one batch shape.
+
+    Attributes:
+        method: the strategy that made the plan.
+        status: "optimal" when a solver proved it, else "feasible".
+        cost_model: how ops were priced ("profile", "flops" or "unit"); the overhead is in these units.
+        nodes: planning nodes in the graph.
+        no_remat_peak: bytes at the peak with no recomputation (the checkpoint_all plan).
+        budget: the budget in bytes.
+        planned_peak: the plan's simulated peak in bytes.
+        planned_overhead: extra compute of the plan over no recomputation, as a fraction (0.1 = 10 %).
+        measured_peak: live tensor bytes at the peak of the first measured call, or None before one.
+        measured_time: seconds of the last call that was timed (calls measuring CPU memory are not), or None.
+    """
+
+    method: str
+    status: str
+    cost_model: str
+    nodes: int
+    no_remat_peak: int
+    budget: int
+    planned_peak: int
+    planned_overhead: float
+    measured_peak: int | None
+    measured_time: float | None
+
+    def __str__(self) -> str:
+        measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
+        measured_time = "not yet timed" if self.measured_time is None else f"{self.measured_time * 1e3:.1f} ms"
+        rows = [
+            ("plan", f"{self.method} ({self.status}), {self.nodes} nodes, {self.cost_model} costs"),
+            ("no-remat peak", format_bytes(self.no_remat_peak)),
+            ("budget", f"{format_bytes(self.budget)} ({self.budget / self.no_remat_peak:.0%} of no-remat)"),
+            ("planned peak", format_bytes(self.planned_peak)),
+            ("measured peak", measured_peak),
+            ("planned overhead", f"{self.planned_overhead:+.1%} compute"),
+            ("step time", measured_time),
+        ]
+        width = max(len(label) for label, _ in rows)
+        return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
