@@ -208,9 +208,7 @@ def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 later_cols,
             ]
         ),
-        values=np.concatenate(
-            [np.ones(count), -np.ones(count), np.ones(2 * has_held.size), np.ones(2 * pairs)]
-        ),
+        values=np.concatenate([np.ones(count), -np.ones(count), np.ones(2 * has_held.size), np.ones(2 * pairs)]),
         lower=np.full(count + has_held.size + pairs, -np.inf),
         upper=np.concatenate([np.zeros(count), np.ones(has_held.size + pairs)]),
     )
@@ -306,13 +304,19 @@ def _integrality(index: VariableIndex, num_vars: int) -> np.ndarray:
     return integer
 
 
-def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
-    """Read R and S (bool[T, T]) out of a solution vector; the only code that does."""
-    R = np.zeros((index.T, index.T), dtype=bool)
-    S = np.zeros((index.T, index.T), dtype=bool)
-    R[index.R_col >= 0] = x[index.R_col[index.R_col >= 0]] > 0.5
-    S[index.S_col >= 0] = x[index.S_col[index.S_col >= 0]] > 0.5
+def decode_fractional(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Read R and S (float64[T, T], zero where no variable exists) out of a solution vector; the only code that does."""
+    R = np.zeros((index.T, index.T))
+    S = np.zeros((index.T, index.T))
+    R[index.R_col >= 0] = x[index.R_col[index.R_col >= 0]]
+    S[index.S_col >= 0] = x[index.S_col[index.S_col >= 0]]
     return R, S
+
+
+def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
+    """The 0/1 plan (R, S), bool[T, T], of an integral solution vector."""
+    R, S = decode_fractional(x, index)
+    return R > 0.5, S > 0.5
 
 
 def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.ndarray) -> np.ndarray:
@@ -325,9 +329,7 @@ def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.nda
     held_next = np.zeros(stage.size, dtype=bool)
     inner = stage + 1 < index.T
     held_next[inner] = S[stage[inner] + 1, source[inner]]
-    hazards = np.bincount(
-        index.later_free, weights=R[stage[index.later_free], index.later_user], minlength=stage.size
-    )
+    hazards = np.bincount(index.later_free, weights=R[stage[index.later_free], index.later_user], minlength=stage.size)
     free = R[stage, target] & ~held_next & (hazards == 0)  # eq. 5
     sizes = index.scale.sizes.astype(np.float64)
     freed = np.zeros((index.T, index.T))

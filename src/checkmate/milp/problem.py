@@ -83,6 +83,7 @@ class SolveOptions:
     Attributes:
         time_limit: wall-clock seconds, or None for no limit.
         mip_gap: relative gap at which a MIP counts as solved (1e-4: optimal for any practical purpose).
+        mip_abs_gap: absolute gap at which a MIP counts as solved (below 1 for an objective known to be integral).
         threads: solver threads, or None for the solver's default.
         verbose: print the solver's own log.
         seed: the solver's random seed.
@@ -90,6 +91,7 @@ class SolveOptions:
 
     time_limit: float | None = None
     mip_gap: float = 1e-4
+    mip_abs_gap: float = 0.0
     threads: int | None = None
     verbose: bool = False
     seed: int = 0

@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,11 @@ class GurobiBackend:
         return _read_result(gurobipy, model, time.perf_counter() - started)
 
 
-def _build(gurobipy: object, problem: MilpProblem, options: SolveOptions) -> object:
-    model = gurobipy.Model()  # type: ignore[attr-defined]
+def _build(gurobipy: Any, problem: MilpProblem, options: SolveOptions) -> Any:
+    model = gurobipy.Model()
     model.Params.OutputFlag = int(options.verbose)
     model.Params.MIPGap = options.mip_gap
+    model.Params.MIPGapAbs = options.mip_abs_gap
     model.Params.Seed = options.seed
     if options.time_limit is not None:
         model.Params.TimeLimit = float(options.time_limit)
@@ -62,18 +64,18 @@ def _build(gurobipy: object, problem: MilpProblem, options: SolveOptions) -> obj
     return model
 
 
-def _read_result(gurobipy: object, model: object, elapsed: float) -> MilpSolution:
-    codes = gurobipy.GRB.Status  # type: ignore[attr-defined]
-    status_code = model.Status  # type: ignore[attr-defined]
-    has_solution = model.SolCount > 0  # type: ignore[attr-defined]
-    x = np.array(model.getAttr("X", model.getVars())) if has_solution else None  # type: ignore[attr-defined]
-    objective = float(model.ObjVal) if has_solution else None  # type: ignore[attr-defined]
+def _read_result(gurobipy: Any, model: Any, elapsed: float) -> MilpSolution:
+    codes = gurobipy.GRB.Status
+    status_code = model.Status
+    has_solution = model.SolCount > 0
+    x = np.array(model.getAttr("X", model.getVars())) if has_solution else None
+    objective = float(model.ObjVal) if has_solution else None
     if status_code == codes.OPTIMAL:
         status = SolveStatus.OPTIMAL
     elif status_code in (codes.INFEASIBLE, codes.INF_OR_UNBD):
         status = SolveStatus.INFEASIBLE
     else:
         status = SolveStatus.FEASIBLE if has_solution else SolveStatus.NO_SOLUTION
-    is_mip = bool(model.IsMIP)  # type: ignore[attr-defined]
-    bound = float(model.ObjBound) if is_mip and has_solution else objective  # type: ignore[attr-defined]
+    is_mip = bool(model.IsMIP)
+    bound = float(model.ObjBound) if is_mip and has_solution else objective
     return MilpSolution(status, x, objective, bound, elapsed, "gurobi")

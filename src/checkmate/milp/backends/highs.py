@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,11 @@ class HighsBackend:
         return _read_result(highspy, highs, is_mip, elapsed)
 
 
-def _apply_options(highs: object, options: SolveOptions) -> None:
+def _apply_options(highs: Any, options: SolveOptions) -> None:
     settings: dict[str, object] = {
         "output_flag": options.verbose,
         "mip_rel_gap": options.mip_gap,
+        "mip_abs_gap": options.mip_abs_gap,
         "random_seed": options.seed,
     }
     if options.time_limit is not None:
@@ -52,14 +54,14 @@ def _apply_options(highs: object, options: SolveOptions) -> None:
     if options.threads is not None:
         settings["threads"] = int(options.threads)
     for key, value in settings.items():
-        highs.setOptionValue(key, value)  # type: ignore[attr-defined]
+        highs.setOptionValue(key, value)
 
 
-def to_highs_lp(problem: MilpProblem) -> object:
+def to_highs_lp(problem: MilpProblem) -> Any:
     """The problem as a highspy HighsLp, built from CSC arrays (shared with the SCIP adapter's MPS writer)."""
     import highspy
 
-    lp = highspy.HighsLp()  # type: ignore[attr-defined]
+    lp = highspy.HighsLp()
     A = problem.A.tocsc()
     lp.num_col_ = problem.num_variables
     lp.num_row_ = problem.num_constraints
@@ -68,29 +70,29 @@ def to_highs_lp(problem: MilpProblem) -> object:
     lp.col_upper_ = problem.col_upper
     lp.row_lower_ = problem.row_lower
     lp.row_upper_ = problem.row_upper
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise  # type: ignore[attr-defined]
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = A.indptr.astype(np.int32)
     lp.a_matrix_.index_ = A.indices.astype(np.int32)
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     if problem.integer.any():
-        var_type = highspy.HighsVarType  # type: ignore[attr-defined]
+        var_type = highspy.HighsVarType
         lp.integrality_ = [var_type.kInteger if flag else var_type.kContinuous for flag in problem.integer]
     return lp
 
 
-def _solution_of(highspy: object, x: np.ndarray) -> object:
-    solution = highspy.HighsSolution()  # type: ignore[attr-defined]
+def _solution_of(highspy: Any, x: np.ndarray) -> Any:
+    solution = highspy.HighsSolution()
     solution.col_value = x.tolist()
     solution.value_valid = True
     return solution
 
 
-def _read_result(highspy: object, highs: object, is_mip: bool, elapsed: float) -> MilpSolution:
-    model_status = highs.getModelStatus()  # type: ignore[attr-defined]
-    statuses = highspy.HighsModelStatus  # type: ignore[attr-defined]
-    info = highs.getInfo()  # type: ignore[attr-defined]
+def _read_result(highspy: Any, highs: Any, is_mip: bool, elapsed: float) -> MilpSolution:
+    model_status = highs.getModelStatus()
+    statuses = highspy.HighsModelStatus
+    info = highs.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    x = np.array(highs.getSolution().col_value) if has_solution else None  # type: ignore[attr-defined]
+    x = np.array(highs.getSolution().col_value) if has_solution else None
     objective = float(info.objective_function_value) if has_solution else None
     if model_status == statuses.kOptimal:
         status = SolveStatus.OPTIMAL
@@ -98,7 +100,7 @@ def _read_result(highspy: object, highs: object, is_mip: bool, elapsed: float) -
         status = SolveStatus.INFEASIBLE
     else:
         status = SolveStatus.FEASIBLE if has_solution else SolveStatus.NO_SOLUTION
-        log.info("HiGHS stopped with %s", highs.modelStatusToString(model_status))  # type: ignore[attr-defined]
+        log.info("HiGHS stopped with %s", highs.modelStatusToString(model_status))
     if is_mip:
         bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else None
     else:

@@ -9,6 +9,7 @@ import logging
 import os
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -58,38 +59,39 @@ def _write_mps(problem: MilpProblem, path: str) -> None:
     highs.writeModel(path)
 
 
-def _apply_options(model: object, options: SolveOptions) -> None:
-    model.setParam("limits/gap", options.mip_gap)  # type: ignore[attr-defined]
-    model.setParam("randomization/randomseedshift", options.seed)  # type: ignore[attr-defined]
+def _apply_options(model: Any, options: SolveOptions) -> None:
+    model.setParam("limits/gap", options.mip_gap)
+    model.setParam("limits/absgap", options.mip_abs_gap)
+    model.setParam("randomization/randomseedshift", options.seed)
     if options.time_limit is not None:
-        model.setParam("limits/time", float(options.time_limit))  # type: ignore[attr-defined]
+        model.setParam("limits/time", float(options.time_limit))
 
 
-def _columns_in_order(model: object, count: int) -> list[object]:
+def _columns_in_order(model: Any, count: int) -> list[Any]:
     """SCIP's variables sorted by column number (HiGHS names column j "c{j}")."""
-    columns: list[object] = [None] * count
-    for variable in model.getVars():  # type: ignore[attr-defined]
+    columns: list[Any] = [None] * count
+    for variable in model.getVars():
         columns[int(variable.name[1:])] = variable
     return columns
 
 
-def _add_start(model: object, columns: list[object], start: np.ndarray) -> None:
-    solution = model.createSol()  # type: ignore[attr-defined]
+def _add_start(model: Any, columns: list[Any], start: np.ndarray) -> None:
+    solution = model.createSol()
     for variable, value in zip(columns, start.tolist(), strict=True):
-        model.setSolVal(solution, variable, value)  # type: ignore[attr-defined]
-    accepted = model.addSol(solution, free=True)  # type: ignore[attr-defined]
+        model.setSolVal(solution, variable, value)
+    accepted = model.addSol(solution, free=True)
     log.debug("SCIP %s the warm start", "accepted" if accepted else "rejected")
 
 
-def _read_result(model: object, columns: list[object], elapsed: float) -> MilpSolution:
-    scip_status = model.getStatus()  # type: ignore[attr-defined]
-    has_solution = model.getNSols() > 0  # type: ignore[attr-defined]
+def _read_result(model: Any, columns: list[Any], elapsed: float) -> MilpSolution:
+    scip_status = model.getStatus()
+    has_solution = model.getNSols() > 0
     x = None
     objective = None
     if has_solution:
-        best = model.getBestSol()  # type: ignore[attr-defined]
-        x = np.array([model.getSolVal(best, variable) for variable in columns])  # type: ignore[attr-defined]
-        objective = float(model.getSolObjVal(best))  # type: ignore[attr-defined]
+        best = model.getBestSol()
+        x = np.array([model.getSolVal(best, variable) for variable in columns])
+        objective = float(model.getSolObjVal(best))
     if scip_status in ("optimal", "gaplimit"):
         status = SolveStatus.OPTIMAL
     elif scip_status == "infeasible":
@@ -97,5 +99,5 @@ def _read_result(model: object, columns: list[object], elapsed: float) -> MilpSo
     else:
         status = SolveStatus.FEASIBLE if has_solution else SolveStatus.NO_SOLUTION
         log.info("SCIP stopped with status %s", scip_status)
-    bound = float(model.getDualbound())  # type: ignore[attr-defined]
+    bound = float(model.getDualbound())
     return MilpSolution(status, x, objective, bound if np.isfinite(bound) else None, elapsed, "scip")

@@ -1,0 +1,149 @@
+"""optimal: the paper's MILP (eq. 9) solved by HiGHS, SCIP or Gurobi, warm-started from the best baseline.
+
+A time-limited solve never returns worse than that warm start, and `status` is "optimal" only when the solver
+proved it (within `mip_gap`) on an exactly scaled model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from checkmate.bounds import activation_floor, infeasible_budget, lower_bound
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.milp.backends import get_backend
+from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
+from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
+from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.strategies.checkpoint_all import checkpoint_all
+from checkmate.strategies.registry import register
+from checkmate.strategies.warm_start import best_baseline
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+METHOD = "optimal"
+# backend="auto": HiGHS below this many stages, SCIP from it on (benchmarks/milp_backends.py).
+SCIP_FROM_STAGES = 100
+
+
+def choose_backend(name: str, graph: Graph) -> str:
+    """Resolve "auto" to a concrete backend name."""
+    if name != "auto":
+        return name
+    return "scip" if graph.size >= SCIP_FROM_STAGES else "highs"
+
+
+@register(METHOD, "the paper's MILP: the cheapest plan within the budget (proven optimal when the solver finishes)")
+def optimal(
+    graph: Graph,
+    budget: int | None,
+    *,
+    backend: str = "auto",
+    time_limit: float | None = None,
+    mip_gap: float = 1e-4,
+    threads: int | None = None,
+    verbose: bool = False,
+    seed: int = 0,
+    memory_resolution: int = DEFAULT_RESOLUTION,
+) -> Plan:
+    """Solve the MILP for `graph` within `budget` bytes.
+
+    Args:
+        graph: the training graph.
+        budget: bytes, fixed memory included; None means no limit (then checkpoint_all is optimal).
+        backend: "auto", "highs", "scip" or "gurobi".
+        time_limit: seconds for the solver; on expiry the best plan found (never worse than the warm start).
+        mip_gap: relative gap at which the solver stops and the plan counts as optimal.
+        threads, verbose, seed: passed to the solver.
+        memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
+
+    Raises:
+        InfeasibleBudget: no schedule fits; the error names the smallest budget for which one exists.
+    """
+    started = time.perf_counter()
+    if budget is None:
+        unlimited = checkpoint_all(graph, None)
+        return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
+    if budget < activation_floor(graph):
+        raise infeasible_budget(graph, budget, method=METHOD)
+    scale = memory_scale(graph, memory_resolution)
+    problem, index = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
+    log.info(
+        "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
+    )
+    fallback = best_baseline(graph, budget)
+    options = SolveOptions(time_limit=time_limit, mip_gap=mip_gap, threads=threads, verbose=verbose, seed=seed)
+    solution = get_backend(choose_backend(backend, graph)).solve(
+        problem, options, _start(graph, problem, index, fallback)
+    )
+    if solution.status is SolveStatus.INFEASIBLE and scale.exact:
+        raise infeasible_budget(graph, budget, method=METHOD)
+    bound = solution.bound if scale.exact else _relaxed_bound(graph, budget)
+    plan = _best_plan(graph, budget, solution, index, fallback)
+    if plan is None:
+        raise _nothing_found(graph, budget, solution, time_limit)
+    proven = (
+        solution.status is SolveStatus.OPTIMAL and scale.exact and plan.cost <= (solution.objective or np.inf) + 1e-6
+    )
+    final = make_plan(
+        graph,
+        plan.R,
+        plan.S,
+        method=METHOD,
+        solve_time=time.perf_counter() - started,
+        budget=budget,
+        status="optimal" if proven else "feasible",
+        lower_bound=None if bound is None else min(bound, plan.cost),
+    )
+    assert final.peak_memory <= budget, "the MILP's plan must fit the budget it was solved for"
+    return final
+
+
+def _start(graph: Graph, problem: MilpProblem, index: VariableIndex, fallback: Plan | None) -> np.ndarray | None:
+    """The warm start vector of the fallback plan, when it satisfies the (unit-rounded) model."""
+    if fallback is None:
+        return None
+    start = encode_solution(graph, index, fallback.R, fallback.S)
+    violation = problem.max_violation(start)
+    if violation > 1e-6:
+        log.info("the warm start %s breaks the unit-rounded model by %g; solving cold", fallback.method, violation)
+        return None
+    return start
+
+
+def _best_plan(
+    graph: Graph, budget: int, solution: MilpSolution, index: VariableIndex, fallback: Plan | None
+) -> Plan | None:
+    """The solver's plan with R pruned to the cheapest for its S (when that stays within budget), or the fallback."""
+    candidates = [] if fallback is None else [fallback]
+    if solution.x is not None:
+        R, S = decode(solution.x, index)
+        candidates.append(make_plan(graph, R, S, method=METHOD))
+        pruned = make_plan(graph, cheapest_r(graph, S), S, method=METHOD)
+        if pruned.peak_memory <= budget:
+            candidates.append(pruned)
+    fitting = [plan for plan in candidates if plan.peak_memory <= budget]
+    return min(fitting, key=lambda plan: (plan.cost, plan is fallback)) if fitting else None
+
+
+def _relaxed_bound(graph: Graph, budget: int) -> float | None:
+    try:
+        return lower_bound(graph, budget)
+    except InfeasibleBudget:
+        return None
+
+
+def _nothing_found(graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None) -> InfeasibleBudget:
+    if solution.status is SolveStatus.INFEASIBLE:
+        return infeasible_budget(graph, budget, method=METHOD)
+    return InfeasibleBudget(
+        f"{METHOD}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
+        f"({time_limit} s) and no baseline fits; infeasibility is not proven. Raise time_limit or the budget",
+        budget=budget,
+        minimum=None,
+    )
