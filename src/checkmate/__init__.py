@@ -5,6 +5,7 @@ The core (graph, plan, simulate, strategies) imports no torch; `capture` and `co
 
 from typing import Any
 
+from checkmate.bounds import lower_bound, minimum_budget
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -63,7 +64,9 @@ __all__ = [
     "compile",
     "format_bytes",
     "lower",
+    "lower_bound",
     "make_plan",
+    "minimum_budget",
     "parse_bytes",
     "simulate",
     "solve",
