@@ -6,6 +6,7 @@ Griewank's closed form for the number of forward steps of binomial checkpointing
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from checkmate import Graph, InfeasibleBudget, InvalidGraph, Node, check_plan, s
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.strategies.chen import chen_greedy_linear, chen_sqrtn, greedy_plan
 from checkmate.strategies.common import plan_from_s
-from checkmate.strategies.griewank import griewank, revolve_plan, revolve_table
+from checkmate.strategies.griewank import griewank, revolve_plan
 from checkmate.strategies.segments import (
     articulation_points,
     checkpoint_s,
@@ -182,12 +183,26 @@ def griewank_forward_steps(steps: int, snapshots: int) -> int:
     return repetitions * steps - math.comb(snapshots + repetitions, snapshots + 1)
 
 
-def test_revolve_table_matches_griewanks_binomial_closed_form() -> None:
-    table = revolve_table(30, 6)
+@functools.cache
+def recursive_reversal_cost(length: int, slots: int) -> int:
+    """Recomputations to reverse `length` chain values from a held base value, by exhaustive search over the split
+    recursion: advance `split` values, snapshot the last, reverse the rest with a slot less, then the first part."""
+    if length == 0:
+        return 0
+    if slots == 0 or length == 1:
+        return length * (length + 1) // 2
+    splits = [
+        split + recursive_reversal_cost(length - split, slots - 1) + recursive_reversal_cost(split - 1, slots)
+        for split in range(1, length)
+    ]
+    return min([recursive_reversal_cost(length, slots - 1), *splits])
+
+
+def test_the_split_recursion_reaches_griewanks_binomial_count() -> None:
     for length in range(1, 31):
         for slots in range(7):
             # A piece of `length` values with its base held is revolve on length + 1 states with one more snapshot.
-            assert table.backward_cost[length, slots] == griewank_forward_steps(length + 1, slots + 1)
+            assert recursive_reversal_cost(length, slots) == griewank_forward_steps(length + 1, slots + 1)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 9, 16])

@@ -2,19 +2,20 @@
 
 The chain's n forward values are reversed with s snapshot slots by the classic recursion: advance from the
 base value to a split point m, keep value m-1 as a snapshot, reverse [m, end) with s-1 slots, then reverse
-[base, m-1) with s slots (value m-1 feeds its own gradient directly). The split points come from a dynamic
-program over (length, slots) that minimises forward recomputations for uniform costs; its optimum follows
-Griewank's binomial bound β(s, t) = C(s + t, s). The first descent runs during the forward pass, where every
-value is computed anyway. Each snapshot becomes a run of ones in S, and R is the cheapest R for that S.
+[base, m-1) with s slots (value m-1 feeds its own gradient directly). Each split minimises the forward
+recomputations of its piece, with the pieces' optimal costs taken from Griewank's closed form t·l − β(s+1, t−1),
+β(s, t) = C(s + t, s). The first descent runs during the forward pass, where every value is computed anyway.
+Each snapshot becomes a run of ones in S, and R is the cheapest R for that S.
 
-On chains with uniform costs this is the optimal (revolve) schedule for each number of slots; with other
-costs it is still valid but not cost aware. Graphs that are not chains are refused.
+On chains with uniform costs the plan's recomputations equal Griewank's optimal (binomial) count for its number of
+slots; with other costs it is still valid but not cost aware. Graphs that are not chains are refused.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from dataclasses import dataclass
+import math
 
 import numpy as np
 
@@ -54,55 +55,42 @@ def chain_length(graph: Graph) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class RevolveTable:
-    """Forward recomputations and best splits for reversing chain pieces with a number of snapshot slots.
+@functools.lru_cache(maxsize=64)
+def _piece_costs(n: int, slots: int) -> np.ndarray:
+    """Recomputations to reverse a piece of 0..n values whose base value is held, with `slots` snapshot slots.
 
-    Attributes:
-        backward_cost: [length, slots] recomputations to reverse a piece whose base value is held.
-        backward_split: [length, slots] the best split (values advanced before the snapshot), 0 for none.
-        forward_cost: [length, slots] the same for the chain's tail during the forward pass.
-        forward_split: [length, slots] the best split there, 0 for none.
+    A piece of l values with its base held is revolve on l + 1 states with one more snapshot (the base), so its
+    cost is binomial_steps(l + 1, slots + 1): l(l + 1)/2 with no slot, down to l with l - 1 slots or more.
     """
-
-    backward_cost: np.ndarray
-    backward_split: np.ndarray
-    forward_cost: np.ndarray
-    forward_split: np.ndarray
-
-
-def revolve_table(n: int, slots: int) -> RevolveTable:
-    """Dynamic program over pieces of length 0..n and 0..slots snapshot slots (uniform unit costs)."""
-    lengths = np.arange(n + 1)
-    backward_cost = np.zeros((n + 1, slots + 1))
-    backward_split = np.zeros((n + 1, slots + 1), dtype=np.int64)
-    forward_cost = np.zeros((n + 1, slots + 1))
-    forward_split = np.zeros((n + 1, slots + 1), dtype=np.int64)
-    # No slot: the gradient of the j-th value of the piece recomputes values 1..j from the base.
-    backward_cost[:, 0] = lengths * (lengths + 1) / 2
-    # In the forward pass the last value is live at the turn; the rest are reversed from the base.
-    forward_cost[1:, 0] = backward_cost[:-1, 0]
-    for s in range(1, slots + 1):
-        backward_cost[1, s] = 1
-        for length in range(2, n + 1):
-            split = np.arange(1, length)
-            options = split + backward_cost[length - split, s - 1] + backward_cost[split - 1, s]
-            _choose(backward_cost, backward_split, length, s, options)
-            options = forward_cost[length - split, s - 1] + backward_cost[split - 1, s]
-            _choose(forward_cost, forward_split, length, s, options)
-    return RevolveTable(backward_cost, backward_split, forward_cost, forward_split)
+    snapshots = slots + 1
+    betas = [1]
+    while betas[-1] < n + 1:
+        betas.append(math.comb(snapshots + len(betas), snapshots))
+    states = np.arange(1, n + 2)
+    repetitions = np.searchsorted(np.array(betas), states)
+    correction = np.array([math.comb(snapshots + t, snapshots + 1) for t in range(len(betas))])
+    costs = repetitions * states - correction[repetitions]
+    costs.setflags(write=False)
+    return costs
 
 
-def _choose(cost: np.ndarray, split: np.ndarray, length: int, s: int, options: np.ndarray) -> None:
-    """Take the best split when it beats leaving the slot unused (cost with s - 1 slots, split 0)."""
+def _best_split(n: int, length: int, slots: int, *, in_forward: bool) -> int:
+    """Values to advance before the next snapshot (1..length-1), or 0 when using one slot fewer is as cheap.
+
+    Backward pieces: split + C(length - split, slots - 1) + C(split - 1, slots). In the forward pass the advance is
+    free, and so is the first computation of the later part: C(length - split, slots - 1) - (length - split) + ....
+    """
+    split = np.arange(1, length)
+    later = _piece_costs(n, slots - 1)[length - split]
+    earlier = _piece_costs(n, slots)[split - 1]
+    advance = -(length - split) if in_forward else split
+    options = advance + later + earlier
     best = int(np.argmin(options))
-    cost[length, s] = cost[length, s - 1]
-    if options[best] < cost[length, s]:
-        cost[length, s] = options[best]
-        split[length, s] = best + 1
+    one_slot_fewer = _piece_costs(n, slots - 1)[length] - (length if in_forward else 0)
+    return best + 1 if options[best] <= one_slot_fewer else 0
 
 
-def revolve_s(graph: Graph, n: int, slots: int, table: RevolveTable) -> np.ndarray:
+def revolve_s(graph: Graph, n: int, slots: int) -> np.ndarray:
     """S for the revolve schedule with `slots` snapshots on the chain of n forward nodes."""
     S = np.zeros((graph.size, graph.size), dtype=bool)
     for node in range(n, graph.size):
@@ -110,12 +98,12 @@ def revolve_s(graph: Graph, n: int, slots: int, table: RevolveTable) -> np.ndarr
         S[node + 1 : last_use + 1, node] = True  # backward values are never recomputed
     for node in range(n - 1):
         S[node + 1, node] = True  # the next forward node reads it
-    for node, first_stage in _snapshots(n, slots, table):
+    for node, first_stage in _snapshots(n, slots):
         S[first_stage : 2 * n - node + 1, node] = True  # held until its gradient, in stage 2n - node
     return S
 
 
-def _snapshots(n: int, slots: int, table: RevolveTable) -> list[tuple[int, int]]:
+def _snapshots(n: int, slots: int) -> list[tuple[int, int]]:
     """(value, first stage held) of every snapshot, walking the recursion with an explicit stack."""
     held = [(n - 1, n)]  # the turn: the last forward value stays live into the loss and its gradient
     # Tasks: (in forward pass?, first value of the piece, end of the piece, slots).
@@ -125,7 +113,7 @@ def _snapshots(n: int, slots: int, table: RevolveTable) -> list[tuple[int, int]]
         length = end - start
         if length < 2 or s == 0:
             continue
-        split = int((table.forward_split if in_forward else table.backward_split)[length, s])
+        split = _best_split(n, length, s, in_forward=in_forward)
         if split == 0:
             tasks.append((in_forward, start, end, s - 1))
             continue
@@ -137,13 +125,11 @@ def _snapshots(n: int, slots: int, table: RevolveTable) -> list[tuple[int, int]]
     return held
 
 
-def revolve_plan(graph: Graph, slots: int, *, table: RevolveTable | None = None) -> Plan:
+def revolve_plan(graph: Graph, slots: int) -> Plan:
     """The revolve plan with `slots` snapshot slots (at most n - 1 are useful) on a chain graph."""
     n = chain_length(graph)
     slots = max(0, min(slots, n - 1))
-    if table is None or table.backward_cost.shape[1] <= slots:
-        table = revolve_table(n, slots)
-    return plan_from_s(graph, revolve_s(graph, n, slots, table), method="griewank")
+    return plan_from_s(graph, revolve_s(graph, n, slots), method="griewank")
 
 
 @register("griewank", "Griewank & Walther binomial checkpointing (revolve); chains only, optimal for uniform costs")
@@ -169,14 +155,11 @@ def _slot_search(graph: Graph, n: int, budget: int) -> list[Plan]:
     as slots are added (it grows by about one value per slot). Slot count 0 is always among the plans.
     """
     most = n - 1
-    tables = [revolve_table(n, min(most, 1))]
     tried: dict[int, Plan] = {}
 
     def attempt(s: int) -> bool:
-        if tables[-1].backward_cost.shape[1] <= s:
-            tables.append(revolve_table(n, min(most, 2 * s)))
         if s not in tried:
-            tried[s] = revolve_plan(graph, s, table=tables[-1])
+            tried[s] = revolve_plan(graph, s)
         return fits(tried[s], budget)
 
     low, high = 0, 1
