@@ -31,11 +31,13 @@ log = logging.getLogger(__name__)
 # Chen's greedy segment budget b is searched over the √n segment memory times these factors (Checkmate's grid).
 GREEDY_FACTORS = 1.0 + np.arange(-1.0, 2.0, 0.05)
 
+
 def sqrtn_plan(graph: Graph, budget: int | None, *, candidates: list[int], method: str) -> Plan:
     """Checkpoint every k-th candidate, k = int(√|candidates|)."""
     chosen = every_kth(candidates, int(math.sqrt(len(candidates))))
     plan = plan_from_s(graph, checkpoint_s(graph, chosen), method=method)
     return cheapest_within([plan], budget, method=method)
+
 
 def greedy_plan(
     graph: Graph,
@@ -82,6 +84,7 @@ def cheapest_of_checkpoint_sets(
         plans.append(make_plan(graph, R, S, method=method))
     return cheapest_within(plans, budget, method=method)
 
+
 def default_segment_budgets(graph: Graph) -> list[float]:
     """The √n segment memory (forward bytes / √(forward nodes)) times each of `GREEDY_FACTORS`."""
     forward = forward_nodes(graph)
@@ -90,19 +93,23 @@ def default_segment_budgets(graph: Graph) -> list[float]:
     segment_memory = float(graph.memory[forward].sum()) / math.sqrt(len(forward))
     return [segment_memory * factor for factor in GREEDY_FACTORS]
 
+
 @register("chen_sqrtn", "Chen et al. √n: checkpoint every √n-th articulation point of the forward graph")
 def chen_sqrtn(graph: Graph, budget: int | None) -> Plan:
     return sqrtn_plan(graph, budget, candidates=articulation_points(graph), method="chen_sqrtn")
 
+
 @register("chen_sqrtn_linear", "Chen et al. √n on the linearised forward graph: checkpoint every √n-th forward node")
 def chen_sqrtn_linear(graph: Graph, budget: int | None) -> Plan:
     return sqrtn_plan(graph, budget, candidates=forward_nodes(graph), method="chen_sqrtn_linear")
+
 
 @register("chen_greedy", "Chen et al. greedy over articulation points, searching the segment size b for the budget")
 def chen_greedy(graph: Graph, budget: int | None, *, segment_budgets: Sequence[float] | None = None) -> Plan:
     return greedy_plan(
         graph, budget, candidates=articulation_points(graph), method="chen_greedy", segment_budgets=segment_budgets
     )
+
 
 @register("chen_greedy_linear", "Chen et al. greedy on the linearised forward graph, searching b for the budget")
 def chen_greedy_linear(graph: Graph, budget: int | None, *, segment_budgets: Sequence[float] | None = None) -> Plan:
