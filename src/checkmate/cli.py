@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 def _graph_and_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("graph", type=Path, metavar="GRAPH.json", help="a graph saved by Graph.to_json or capture")
     parser.add_argument("--budget", help="memory budget, fixed memory included: bytes or e.g. 512MiB (default: none)")
-    parser.add_argument("--time-limit", type=float, help="seconds, for the methods that run a solver")
+    parser.add_argument(
+        "--time-limit", type=float, help="seconds for each method that runs a solver (optimal, approx); default none"
+    )
     parser.add_argument(
         "--option",
         action="append",
