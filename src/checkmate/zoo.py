@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from torch.nn import functional
-
 import torch
 from torch import nn
+from torch.nn import functional
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +167,10 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: attention and a GELU MLP, each with a residual connection and dropout."""
 
-    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+    def __init__(self, dim: int, heads: int, dropout: float, attention_dropout: float) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attention = Attention(dim, heads, dropout)
+        self.attention = Attention(dim, heads, attention_dropout)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout))
 
@@ -183,12 +182,14 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A small GPT: token and position embeddings, dropout, transformer blocks, tied output projection."""
 
-    def __init__(self, vocab: int, length: int, dim: int, heads: int, layers: int, dropout: float) -> None:
+    def __init__(
+        self, vocab: int, length: int, dim: int, heads: int, layers: int, dropout: float, attention_dropout: float
+    ) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, dim)
         self.positions = nn.Embedding(length, dim)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.Sequential(*(Block(dim, heads, dropout) for _ in range(layers)))
+        self.blocks = nn.Sequential(*(Block(dim, heads, dropout, attention_dropout) for _ in range(layers)))
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -211,10 +212,17 @@ def gpt(
     layers: int = 2,
     vocab: int = 128,
     dropout: float = 0.1,
+    attention_dropout: float = 0.0,
 ) -> Factory:
-    """A GPT-style transformer with embeddings, dropout and causal `scaled_dot_product_attention`."""
+    """A GPT-style transformer with embeddings, dropout and causal `scaled_dot_product_attention`.
+
+    Attention dropout is off by default: with it, eager PyTorch on CPU takes the unfused math path
+    of `scaled_dot_product_attention`, which materializes the causal mask, unlike the traced graph.
+    """
     torch.manual_seed(0)
-    model = GPT(vocab, length, dim, heads, layers, dropout)
+    model = GPT(vocab, length, dim, heads, layers, dropout, attention_dropout)
+    for embedding in (model.tokens, model.positions):
+        nn.init.normal_(embedding.weight, std=0.02)
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, vocab, (batch, length + 1), generator=generator)
     return model, language_model_loss, (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())

@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import nn
+
 from checkmate.capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
-from checkmate.capture.grouping import assign_groups, find_owners, prepare_graph
+from checkmate.capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.capture.layout import Layout, build_layout
 from checkmate.capture.merge import merge_groups
 from checkmate.capture.trace import LossFunction, Trace, flatten_batch, trace_step
 from checkmate.captured import Captured
-from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def capture(
     started = time.perf_counter()
     trace = trace_step(model, loss_fn, batch)
     prepare_graph(trace.module)
-    groups = assign_groups(trace.module.graph)
+    groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     per_op = _per_op_costs(trace, groups, model, batch, cost_model)
     layout = _layout(trace, groups, per_op, optimizer_state_bytes)
     if max_nodes is not None and layout.graph.size > max_nodes:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import torch
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
-import torch
 from checkmate.capture.sizes import tensors_of
 from checkmate.errors import CaptureError
 

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+
 from checkmate.capture.sizes import StorageKey, StorageTable, storage_table
 
 log = logging.getLogger(__name__)
@@ -105,3 +106,63 @@ def assign_groups(graph: torch.fx.Graph) -> list[list[str]]:
     for node in calls:
         groups[renumber[group_of[node.name]]].append(node.name)
     return groups
+
+
+def absorb_short_lived_outputs(graph: torch.fx.Graph, groups: list[list[str]], loss: str) -> list[list[str]]:
+    """Move into a multi-output op's node the one node that alone reads one of its outputs, where legal.
+
+    A planning node keeps all its exported values together, so BatchNorm's big normalized output
+    would otherwise live as long as its small saved statistics (read by the backward pass). When
+    one node alone reads such an output and reads nothing computed later, it is evaluated with the
+    op instead, and the output becomes internal. Both must be on the same side of the loss.
+    """
+    owners = find_owners(graph)
+    nodes = {node.name: node for node in graph.nodes}
+    order = {node.name: index for index, node in enumerate(graph.nodes)}
+    group_of = {name: index for index, names in enumerate(groups) for name in names}
+    merged: list[list[str] | None] = [list(names) for names in groups]
+    for index in range(len(groups)):
+        while (target := _sole_reader(index, merged, group_of, nodes, owners, group_of[loss])) is not None:
+            members = merged[target]
+            assert members is not None
+            for name in members:
+                group_of[name] = index
+            merged[index] = sorted([*(merged[index] or []), *members], key=order.__getitem__)
+            merged[target] = None
+    return [names for names in merged if names is not None]
+
+
+def _sole_reader(
+    index: int,
+    groups: list[list[str] | None],
+    group_of: dict[str, int],
+    nodes: dict[str, torch.fx.Node],
+    owners: StorageOwners,
+    loss_group: int,
+) -> int | None:
+    members = groups[index]
+    if members is None:
+        return None
+    readers_of: dict[StorageKey, set[int]] = {}
+    for name in members:
+        for user in nodes[name].users:
+            if user.op != "output" and group_of[user.name] != index:
+                for storage in owners.table.storages(name):
+                    if owners.owner.get(storage) is not None:
+                        readers_of.setdefault(storage, set()).add(group_of[user.name])
+    if len(readers_of) < 2:
+        return None
+    for _, readers in sorted(readers_of.items()):
+        if len(readers) != 1:
+            continue
+        reader = next(iter(readers))
+        reads = {
+            group_of[argument.name]
+            for name in groups[reader] or []
+            for argument in nodes[name].all_input_nodes
+            if argument.name in group_of
+        }
+        same_side = (reader > loss_group) == (index > loss_group)
+        if reader > index and same_side and max(reads - {reader}, default=index) <= index:
+            return reader
+    return None

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
 from checkmate.capture.grouping import find_owners
 from checkmate.capture.sizes import StorageKey, StorageTable
 from checkmate.errors import CaptureError

@@ -5,6 +5,10 @@ the capture code: a TorchDispatchMode sees every ATen op of the step (forward an
 the storage of each output with a weak reference, and after each op sums the storages still alive.
 Bytes live before the step (parameters, buffers, the batch) are added once. What the CPU allocator
 does beyond that (workspaces inside a kernel, fragmentation, caching) is not counted.
+
+Two totals come out. `peak_bytes` is what eager PyTorch holds. `peak_gradients_fixed` follows the
+planning graph's convention: parameter gradients are charged for the whole step (they are part of
+`Graph.fixed_memory`), and the storages that end up as `.grad` are left out of the step's live set.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import torch
 from checkmate.capture.sizes import tensors_of
-from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -33,39 +37,58 @@ class EagerMeasurement:
 
     Attributes:
         peak_bytes: preexisting_bytes plus the largest total of storages created by the step and alive at once.
+        peak_gradients_fixed: preexisting_bytes plus all gradient bytes plus the largest total of the
+            other storages created by the step and alive at once.
         preexisting_bytes: parameters, buffers and batch tensors.
+        gradient_bytes: the parameters' `.grad` storages after the step.
         step_seconds: median wall time of `loss_fn(model, *batch).backward()` (0.0 when not timed).
     """
 
     peak_bytes: int
+    peak_gradients_fixed: int
     preexisting_bytes: int
+    gradient_bytes: int
     step_seconds: float
 
 
 class LiveStorageMeter(TorchDispatchMode):
-    """Tracks the storages created by ATen ops and the largest total alive right after an op."""
+    """Tracks the storages created by ATen ops; `snapshots` holds the live set right after each op."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.live: dict[int, tuple[StorageWeakRef, int, int]] = {}
         self.total = 0
         self.peak = 0
+        self.snapshots: list[dict[int, int]] = []
+        self._created = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         output = func(*args, **(kwargs or {}))
         self._forget_freed()
         for tensor in tensors_of(output):
             storage = tensor.untyped_storage()
-            key = storage._cdata
-            if key not in self.live and storage.nbytes() > 0:
-                self.live[key] = (StorageWeakRef(storage), int(storage.nbytes()))
+            if storage._cdata not in self.live and storage.nbytes() > 0:
+                self.live[storage._cdata] = (StorageWeakRef(storage), int(storage.nbytes()), self._created)
+                self._created += 1
                 self.total += int(storage.nbytes())
         self.peak = max(self.peak, self.total)
+        self.snapshots.append({serial: size for _, size, serial in self.live.values()})
         return output
 
+    def serials(self, tensors: Sequence[torch.Tensor]) -> set[int]:
+        """The creation serial numbers of the live storages of `tensors` (storage addresses get reused)."""
+        return {self.live[key][2] for tensor in tensors if (key := tensor.untyped_storage()._cdata) in self.live}
+
     def _forget_freed(self) -> None:
-        for key in [key for key, (reference, _) in self.live.items() if reference.expired()]:
+        for key in [key for key, (reference, _, _) in self.live.items() if reference.expired()]:
             self.total -= self.live.pop(key)[1]
+
+    def peak_without(self, excluded: set[int]) -> int:
+        """The largest live total after an op, leaving out the storages in `excluded`."""
+        return max(
+            (sum(size for key, size in snapshot.items() if key not in excluded) for snapshot in self.snapshots),
+            default=0,
+        )
 
 
 def measure_eager_step(
@@ -81,11 +104,18 @@ def measure_eager_step(
     meter = LiveStorageMeter()
     with meter:
         loss_fn(model, *batch).backward()
+    gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
+    meter._forget_freed()
+    gradient_keys = meter.serials(gradients)
+    gradient_bytes = _distinct_bytes(gradients)
+    del gradients
     model.zero_grad(set_to_none=True)
     timings = [_timed_step(model, loss_fn, batch) for _ in range(repeats)]
     return EagerMeasurement(
         peak_bytes=preexisting + meter.peak,
+        peak_gradients_fixed=preexisting + gradient_bytes + meter.peak_without(gradient_keys),
         preexisting_bytes=preexisting,
+        gradient_bytes=gradient_bytes,
         step_seconds=statistics.median(timings) if timings else 0.0,
     )
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import nn
 from torch.utils import _pytree as pytree
 
-import torch
 from checkmate.errors import CaptureError
-from torch import nn
 
 log = logging.getLogger(__name__)
 
