@@ -45,7 +45,7 @@ def training_graph(
     for position in range(n):
         j = n - 1 - position
         upstream = [grad_of[u] for u in users[j]] + ([loss] if j == n - 1 else [])
-        inputs = sorted(set(upstream + [j] + list(forward_inputs[j])))
+        inputs = sorted(set([*upstream, j, *forward_inputs[j]]))
         nodes.append(Node(f"backward_{j}", 2.0 * float(costs[j]), int(memory[j]), True, tuple(inputs)))
     return Graph(tuple(nodes), fixed_memory=fixed_memory)
 

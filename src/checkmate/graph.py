@@ -75,7 +75,9 @@ class Graph:
     @cached_property
     def edges(self) -> np.ndarray:
         """int64[m, 2]: the (source, destination) pairs, sorted by destination then source."""
-        pairs = sorted({(src, dst) for dst, node in enumerate(self.nodes) for src in node.inputs}, key=lambda e: (e[1], e[0]))
+        pairs = sorted(
+            {(src, dst) for dst, node in enumerate(self.nodes) for src in node.inputs}, key=lambda e: (e[1], e[0])
+        )
         return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
     @cached_property
@@ -151,13 +153,20 @@ def _node_from_dict(index: int, entry: Any) -> Node:
 def _validate(graph: Graph) -> None:
     if not isinstance(graph.fixed_memory, int) or graph.fixed_memory < 0:
         raise InvalidGraph(f"fixed_memory must be a non-negative integer, got {graph.fixed_memory!r}")
+    if not graph.nodes:
+        raise InvalidGraph("the graph has no nodes: a training step needs at least one op")
     seen: set[str] = set()
     for index, node in enumerate(graph.nodes):
         label = f"node {index} ({node.name!r})"
         if node.name in seen:
             raise InvalidGraph(f"{label}: the name is used twice; names must be unique")
         seen.add(node.name)
-        if isinstance(node.cost, bool) or not isinstance(node.cost, (int, float)) or not math.isfinite(node.cost) or node.cost < 0:
+        if (
+            isinstance(node.cost, bool)
+            or not isinstance(node.cost, (int, float))
+            or not math.isfinite(node.cost)
+            or node.cost < 0
+        ):
             raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
         if isinstance(node.memory, bool) or not isinstance(node.memory, (int, np.integer)) or node.memory < 0:
             raise InvalidGraph(f"{label}: memory must be an integer number of bytes >= 0, got {node.memory!r}")

@@ -123,7 +123,8 @@ def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:
     for t in range(T):
         row = R[t]
         held = S[t]
-        # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: scan right to left, computing missing inputs as temporaries.
+        # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: scan right to left, computing missing inputs
+        # as temporaries.
         for v in range(t, -1, -1):
             if row[v]:
                 for u in preds[v]:

@@ -58,15 +58,21 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
     S = S.astype(bool)
     missing = np.flatnonzero(~np.diag(R))
     if missing.size:
-        raise InvalidSchedule(f"(8a) R[{missing[0]}, {missing[0]}] must be 1: stage t computes node t (frontier-advancing)")
+        raise InvalidSchedule(
+            f"(8a) R[{missing[0]}, {missing[0]}] must be 1: stage t computes node t (frontier-advancing)"
+        )
     upper_r = np.argwhere(np.triu(R, 1))
     if upper_r.size:
         t, i = upper_r[0]
-        raise InvalidSchedule(f"(8c) R[{t}, {i}] = 1 computes node {i} before its first stage {i}; R must be lower triangular")
+        raise InvalidSchedule(
+            f"(8c) R[{t}, {i}] = 1 computes node {i} before its first stage {i}; R must be lower triangular"
+        )
     upper_s = np.argwhere(np.triu(S))
     if upper_s.size:
         t, i = upper_s[0]
-        raise InvalidSchedule(f"(8b) S[{t}, {i}] = 1 holds node {i} before it was ever computed; S must be strictly lower triangular")
+        raise InvalidSchedule(
+            f"(8b) S[{t}, {i}] = 1 holds node {i} before it was ever computed; S must be strictly lower triangular"
+        )
     unheld = np.argwhere(S[1:] & ~(R[:-1] | S[:-1]))
     if unheld.size:
         t, i = unheld[0]
@@ -81,7 +87,8 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
             src, dst = edges[e]
             raise InvalidSchedule(
                 f"(1b) stage {t} computes node {dst} ({graph.nodes[dst].name!r}) but its input {src} "
-                f"({graph.nodes[src].name!r}) is neither computed in that stage nor held (R[{t},{src}] = S[{t},{src}] = 0)"
+                f"({graph.nodes[src].name!r}) is neither computed in that stage nor held "
+                f"(R[{t},{src}] = S[{t},{src}] = 0)"
             )
 
 
@@ -111,11 +118,11 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
                     steps.append(Free(i, t))
                     live[i] -= 1
                     current -= int(memory[i])
-        for i in np.flatnonzero(live):
-            drop = int(live[i]) - int(held_next[i])
-            steps.extend(Free(int(i), t) for _ in range(drop))
-            live[i] -= drop
-            current -= drop * int(memory[i])
+        for node in np.flatnonzero(live):
+            drop = int(live[node]) - int(held_next[node])
+            steps.extend(Free(int(node), t) for _ in range(drop))
+            live[node] -= drop
+            current -= drop * int(memory[node])
     cost = float(graph.costs @ R.sum(axis=0))
     return Schedule(tuple(steps), cost, peak + graph.fixed_memory)
 

@@ -36,7 +36,9 @@ def parse_bytes(value: int | float | str) -> int:
         raise ValueError(f"a size must be bytes or a string like '512MiB', got {type(value).__name__}")
     match = _PATTERN.match(value)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"cannot read {value!r} as a size: write bytes, or a number with B, KB, MB, GB, KiB, MiB or GiB")
+        raise ValueError(
+            f"cannot read {value!r} as a size: write bytes, or a number with B, KB, MB, GB, KiB, MiB or GiB"
+        )
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 

@@ -1,0 +1,55 @@
+"""Independent oracles for the core tests, written straight from the paper's equations (not from the library code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checkmate.graph import Graph
+
+
+def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
+    """Cost (1a) and peak memory from the paper's U recurrence, eqs. (2)-(5), with FREE[t,k,k] dropped (section 4.8).
+
+    U[t,0] counts the checkpoints S[t]; computing v_k adds R[t,k] M_k; after v_k, its inputs i are freed when
+    FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k} (1 - R[t,j]).
+    """
+    T = graph.size
+    M = graph.memory.astype(np.int64)
+    R = R.astype(np.int64)
+    S = S.astype(np.int64)
+    cost = float(sum(graph.costs[i] * R[t, i] for t in range(T) for i in range(T)))
+    peak = 0
+    for t in range(T):
+        held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=np.int64)
+        usage = int(sum(M[i] * S[t, i] for i in range(T)))
+        for k in range(T):
+            usage += int(R[t, k] * M[k])
+            if R[t, k]:
+                peak = max(peak, usage)
+            for i in graph.predecessors[k]:
+                later = [j for j in graph.users[i] if j > k]
+                free = R[t, k] * (1 - held_next[i]) * int(np.prod([1 - R[t, j] for j in later]))
+                usage -= int(M[i] * free)
+    return cost, peak + graph.fixed_memory
+
+
+def replay_peak(graph: Graph, steps: tuple) -> int:
+    """Replay steps with a plain list of live copies: the peak right after each compute, plus fixed memory."""
+    live: list[int] = []
+    peak = 0
+    for step in steps:
+        if type(step).__name__ == "Compute":
+            missing = [i for i in graph.predecessors[step.node] if i not in live]
+            assert not missing, f"step computes {step.node} while its inputs {missing} are not live"
+            live.append(step.node)
+            peak = max(peak, sum(int(graph.memory[i]) for i in live))
+        else:
+            live.remove(step.node)
+    assert live == [], f"values still live at the end of the schedule: {live}"
+    return peak + graph.fixed_memory
+
+
+def random_valid_s(graph: Graph, rng: np.random.Generator, density: float = 0.4) -> np.ndarray:
+    """A random strictly lower-triangular S; (1c) is then met by deriving R from it."""
+    T = graph.size
+    return np.tril(rng.random((T, T)) < density, k=-1)

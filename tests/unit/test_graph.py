@@ -1,0 +1,71 @@
+import json
+
+import pytest
+
+from checkmate import Graph, InvalidGraph, Node
+from checkmate.examples import linear_graph, random_training_graph, training_graph
+
+
+def test_linear_graph_has_2n_plus_1_nodes() -> None:
+    for n in (1, 2, 5, 16):
+        graph = linear_graph(n)
+        assert graph.size == 2 * n + 1
+        assert int(graph.is_backward.sum()) == n + 1
+
+
+def test_json_round_trip_keeps_every_field() -> None:
+    graph = random_training_graph(7, seed=3)
+    again = Graph.from_json(graph.to_json())
+    assert again == graph
+    first = json.loads(graph.to_json())["nodes"][1]
+    assert set(first) == {"name", "cost", "memory", "backward", "inputs"}
+
+
+def test_from_json_reads_the_documented_shape() -> None:
+    text = '{"nodes": [{"name": "conv1", "cost": 1.5, "memory": 4096, "backward": false, "inputs": []},'
+    text += ' {"name": "grad", "cost": 3, "memory": 8, "backward": true, "inputs": [0]}], "fixed_memory": 10}'
+    graph = Graph.from_json(text)
+    assert graph.size == 2 and graph.fixed_memory == 10
+    assert graph.nodes[1] == Node("grad", 3, 8, True, (0,))
+    assert graph.users == ((1,), ())
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        ([Node("a", 1, 1, inputs=(0,))], "cycle"),
+        ([Node("a", 1, 1, inputs=(1,)), Node("b", 1, 1)], "comes later"),
+        ([Node("a", 1, -4)], "memory must be"),
+        ([Node("a", -1.0, 4)], "cost must be"),
+        ([Node("a", float("nan"), 4)], "cost must be"),
+        ([Node("a", 1, 1), Node("a", 1, 1)], "used twice"),
+        ([Node("a", 1, 1, inputs=(-1,))], ">= 0"),
+        ([], "no nodes"),
+    ],
+)
+def test_invalid_graphs_name_the_node(nodes: list[Node], message: str) -> None:
+    with pytest.raises(InvalidGraph, match=message) as caught:
+        Graph(tuple(nodes))
+    assert "node" in str(caught.value) or "name" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"nodes": [{"name": "a"}]}',
+        '{"nodes": [{"name": "a", "cost": 1, "memory": 1, "inputs": "x"}]}',
+    ],
+)
+def test_bad_json_is_a_clear_error(text: str) -> None:
+    with pytest.raises(InvalidGraph):
+        Graph.from_json(text)
+
+
+def test_training_graph_gradient_reads_its_users_gradients() -> None:
+    graph = training_graph([[], [0], [0, 1]])
+    names = [node.name for node in graph.nodes]
+    backward_0 = graph.nodes[names.index("backward_0")]
+    assert names.index("backward_1") in backward_0.inputs
+    assert names.index("backward_2") in backward_0.inputs
