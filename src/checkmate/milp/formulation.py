@@ -1,10 +1,10 @@
 """The paper's MILP (eq. 9), assembled once as sparse matrices, and the one place that decodes R and S.
 
 Variables (only those that can be nonzero are created):
-    R[t, i], i <= t: node i computed in stage t. R[t, t] is fixed to 1 (8a); R is lower triangular (8c);
-        R[t, i] for i < t exists only when node i has users (recomputing an unused node is never useful).
-    S[t, i], i < t <= last user of i: node i held into stage t. S is strictly lower triangular (8b); holding a
-        value past its last use is never useful.
+    R[t, i], i <= t: node i computed in stage t. R[t, t] is fixed to 1 (8a); R is lower triangular (8c).
+    S[t, i], i < t: node i held into stage t. S is strictly lower triangular (8b).
+    For i < t, R[t, i] and S[t, i] exist only when some descendant of i is t or later: otherwise nothing computed
+        from i in stage t can reach node t or a checkpoint that is ever used, so an optimal plan can drop it.
     U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units.
     FREE[t, (i, k)] per edge (i, k) with k < t (FREE[t, k, k] eliminated, section 4.8; FREE at k = t frees memory
         after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
@@ -72,15 +72,17 @@ def _columns(mask: np.ndarray, first: int) -> np.ndarray:
     return columns
 
 
-def _graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(has_users bool[T], last_user int64[T] (-1 for sinks), adjacency bool[T, T])."""
+def _graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(reach int64[T]: the latest descendant of each node, -1 for sinks; adjacency bool[T, T])."""
     T = graph.size
     edges = graph.edges
     adjacency = np.zeros((T, T), dtype=bool)
     adjacency[edges[:, 0], edges[:, 1]] = True
-    last_user = np.full(T, -1, dtype=np.int64)
-    np.maximum.at(last_user, edges[:, 0], edges[:, 1])
-    return last_user >= 0, last_user, adjacency
+    reach = np.full(T, -1, dtype=np.int64)
+    for node in range(T - 1, -1, -1):
+        for user in graph.users[node]:
+            reach[node] = max(reach[node], user, reach[user])
+    return reach, adjacency
 
 
 def _free_variables(graph: Graph, R_col: np.ndarray, adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -217,11 +219,12 @@ def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
 def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> VariableIndex:
     """Number the variables that can be nonzero: R, then S, then U, then FREE."""
     T = graph.size
-    has_users, last_user, adjacency = _graph_arrays(graph)
+    reach, adjacency = _graph_arrays(graph)
     stages = np.arange(T)[:, None]
     nodes = np.arange(T)[None, :]
-    R_col = _columns((nodes == stages) | ((nodes < stages) & has_users[None, :]), 0)
-    S_col = _columns((nodes < stages) & (stages <= last_user[None, :]), int((R_col >= 0).sum()))
+    useful = (nodes < stages) & (stages <= reach[None, :])
+    R_col = _columns((nodes == stages) | useful, 0)
+    S_col = _columns(useful, int((R_col >= 0).sum()))
     U_col = _columns(nodes <= stages, int((S_col >= 0).sum() + (R_col >= 0).sum()))
     free_stage, free_edge = _free_variables(graph, R_col, adjacency)
     order = np.lexsort((free_edge, free_stage))

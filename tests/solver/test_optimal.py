@@ -1,0 +1,106 @@
+"""optimal against an exhaustive search, against every baseline, and under a time limit."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from exhaustive import cheapest_at, cost_peak_frontier
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import checkmate
+from checkmate.examples import linear_graph, random_training_graph, training_graph
+from checkmate.graph import Graph
+from checkmate.milp.backends import available_backends
+from checkmate.simulate import simulate
+from checkmate.strategies.warm_start import BASELINES, best_baseline
+
+SMALL = {
+    "chain2": linear_graph(2),
+    "random2": random_training_graph(2, seed=4, max_memory=5),
+    "skip3": training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4),
+}
+BACKENDS = [name for name in ("highs", "scip") if name in available_backends()]
+
+
+@functools.cache
+def _frontier(name: str) -> list[tuple[int, float]]:
+    return cost_peak_frontier(SMALL[name])
+
+
+def _check(plan: checkmate.Plan, graph: Graph, budget: int) -> None:
+    assert plan.peak_memory <= budget
+    assert simulate(graph, plan.R, plan.S) == (plan.cost, plan.peak_memory)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(SMALL))
+def test_optimal_equals_exhaustive_search_at_every_budget(name: str, backend: str) -> None:
+    graph = SMALL[name]
+    frontier = _frontier(name)
+    lowest, highest = frontier[0][0], frontier[-1][0]
+    for budget in range(lowest, highest + 2):
+        plan = checkmate.solve(graph, budget, method="optimal", backend=backend, time_limit=20)
+        _check(plan, graph, budget)
+        assert plan.cost == pytest.approx(cheapest_at(frontier, budget))
+        assert plan.status == "optimal"
+        assert plan.lower_bound == pytest.approx(plan.cost, rel=1e-4)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_budget_below_any_schedule_names_the_exact_minimum(name: str) -> None:
+    graph = SMALL[name]
+    lowest = _frontier(name)[0][0]
+    for budget in (lowest - 1, graph.fixed_memory):
+        with pytest.raises(checkmate.InfeasibleBudget) as caught:
+            checkmate.solve(graph, budget, method="optimal", time_limit=20)
+        assert caught.value.minimum == lowest
+        assert str(lowest) in str(caught.value)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_lp_bound_never_exceeds_the_optimum(name: str) -> None:
+    graph = SMALL[name]
+    frontier = _frontier(name)
+    for peak, cost in frontier:
+        assert checkmate.lower_bound(graph, peak, time_limit=20) <= cost + 1e-6
+    with pytest.raises(checkmate.InfeasibleBudget):
+        checkmate.lower_bound(graph, frontier[0][0] - 1)
+
+
+def test_no_budget_means_checkpoint_all() -> None:
+    graph = SMALL["random2"]
+    plan = checkmate.solve(graph, None, method="optimal")
+    assert plan.cost == pytest.approx(graph.costs.sum())
+    assert plan.status == "optimal"
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(forward=st.integers(2, 6), seed=st.integers(0, 10_000), fraction=st.floats(0.3, 1.1))
+def test_optimal_is_no_worse_than_any_baseline(forward: int, seed: int, fraction: float) -> None:
+    graph = random_training_graph(forward, seed=seed)
+    reference = checkmate.solve(graph, None, method="checkpoint_all").peak_memory
+    budget = max(int(fraction * reference), checkmate.minimum_budget(graph, time_limit=10).upper or reference)
+    plan = checkmate.solve(graph, budget, method="optimal", time_limit=20)
+    _check(plan, graph, budget)
+    for name in BASELINES:
+        try:
+            baseline = checkmate.solve(graph, budget, method=name)
+        except (checkmate.InfeasibleBudget, ValueError):
+            continue
+        assert plan.cost <= baseline.cost + 1e-6, name
+
+
+@pytest.mark.slow
+def test_time_limited_solve_on_130_stages_is_no_worse_than_the_best_baseline() -> None:
+    graph = linear_graph(64)
+    budget = checkmate.solve(graph, None, method="chen_sqrtn").peak_memory
+    plan = checkmate.solve(graph, budget, method="optimal", time_limit=3)
+    baseline = best_baseline(graph, budget)
+    assert baseline is not None
+    _check(plan, graph, budget)
+    assert plan.cost <= baseline.cost
+    assert plan.lower_bound is not None and plan.lower_bound <= plan.cost
+    if plan.status != "optimal":
+        assert plan.gap is not None and plan.gap > 0
