@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import dataclass
 
@@ -123,11 +124,14 @@ def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:
     for t in range(T):
         row = R[t]
         held = S[t]
-        # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: scan right to left, computing missing inputs
-        # as temporaries.
-        for v in range(t, -1, -1):
-            if row[v]:
-                for u in preds[v]:
-                    if not held[u]:
-                        row[u] = True
+        # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: visit the stage's computed nodes right to left
+        # (a max-heap of indices), computing each missing input as a temporary.
+        pending = [-int(v) for v in np.flatnonzero(row)]
+        heapq.heapify(pending)
+        while pending:
+            v = -heapq.heappop(pending)
+            for u in preds[v]:
+                if not held[u] and not row[u]:
+                    row[u] = True
+                    heapq.heappush(pending, -u)
     return R

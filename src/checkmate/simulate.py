@@ -118,11 +118,11 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
                     steps.append(Free(i, t))
                     live[i] -= 1
                     current -= int(memory[i])
-        for node in np.flatnonzero(live):
-            drop = int(live[node]) - int(held_next[node])
-            steps.extend(Free(int(node), t) for _ in range(drop))
-            live[node] -= drop
-            current -= drop * int(memory[node])
+        drops = live - held_next
+        for node in np.flatnonzero(drops):
+            steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
+        live -= drops
+        current -= int(memory @ drops)
     cost = float(graph.costs @ R.sum(axis=0))
     return Schedule(tuple(steps), cost, peak + graph.fixed_memory)
 
