@@ -52,10 +52,15 @@ class EagerMeasurement:
 
 
 class LiveStorageMeter(TorchDispatchMode):
-    """Tracks the storages created by ATen ops; `snapshots` holds the live set right after each op."""
+    """Tracks the storages created by ATen ops; `snapshots` holds the live set right after each op.
 
-    def __init__(self) -> None:
+    Storages of `preexisting` tensors (parameters, inputs) are never counted, even when an op returns
+    a view of them.
+    """
+
+    def __init__(self, preexisting: Sequence[torch.Tensor] = ()) -> None:
         super().__init__()
+        self.ignored = {tensor.untyped_storage()._cdata for tensor in preexisting}
         self.live: dict[int, tuple[StorageWeakRef, int, int]] = {}
         self.total = 0
         self.peak = 0
@@ -67,7 +72,7 @@ class LiveStorageMeter(TorchDispatchMode):
         self._forget_freed()
         for tensor in tensors_of(output):
             storage = tensor.untyped_storage()
-            if storage._cdata not in self.live and storage.nbytes() > 0:
+            if storage._cdata not in self.live and storage._cdata not in self.ignored and storage.nbytes() > 0:
                 self.live[storage._cdata] = (StorageWeakRef(storage), int(storage.nbytes()), self._created)
                 self._created += 1
                 self.total += int(storage.nbytes())
@@ -100,8 +105,9 @@ def measure_eager_step(
 ) -> EagerMeasurement:
     """Run `loss_fn(model, *batch).backward()` once under the meter, then `repeats` timed runs (median)."""
     model.zero_grad(set_to_none=True)
-    preexisting = _distinct_bytes([*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(batch))])
-    meter = LiveStorageMeter()
+    state = [*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(batch))]
+    preexisting = _distinct_bytes(state)
+    meter = LiveStorageMeter([tensor for tensor in state if isinstance(tensor, torch.Tensor)])
     with meter:
         loss_fn(model, *batch).backward()
     gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]

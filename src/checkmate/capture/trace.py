@@ -131,7 +131,11 @@ def _check_loss(module: torch.fx.GraphModule, loss: str) -> None:
 
 def explain_trace_error(error: Exception) -> str:
     """Turn a tracing failure into a message naming the construct and the fix."""
-    from torch._subclasses.fake_tensor import DynamicOutputShapeException, UnsupportedOperatorException
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
 
     text = f"{type(error).__name__}: {error}".strip()
     first_line = text.splitlines()[0][:300]
@@ -144,6 +148,12 @@ def explain_trace_error(error: Exception) -> str:
         return (
             f"op {error.func} has an output shape that depends on tensor values; a static plan needs static "
             "shapes: pad to a fixed size or use a masked formulation"
+        )
+    if isinstance(error, DataDependentOutputException):
+        return (
+            f"op {error.func} reads a tensor's value while tracing (`if tensor.sum() > 0:`, `.item()`, "
+            "`bool(tensor)`): data-dependent control flow cannot be planned ahead. Make the branch depend on "
+            "shapes or Python values only, or use torch.where / torch.cond"
         )
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         return (

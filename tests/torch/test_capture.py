@@ -1,0 +1,253 @@
+"""checkmate.capture against independent oracles: eager autograd, a live-storage meter, closed-form FLOPs.
+
+The executor here is written from the Captured contract alone (run the member lists in order, keep
+only exported values between graph nodes); it is independent of checkmate.execute.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+import checkmate
+from checkmate import CaptureError, Graph, solve, zoo
+from checkmate.capture import capture
+from checkmate.capture.cli import run_capture
+from checkmate.capture.measure import measure_eager_step
+from checkmate.captured import Captured
+
+SMALL = {
+    "mlp": lambda: zoo.mlp(batch=4, width=16, depth=2),
+    "vgg": lambda: zoo.vgg(batch=2, image_size=16, width=4),
+    "resnet": lambda: zoo.resnet(batch=2, image_size=8, width=4, blocks=(1, 1)),
+    "gpt": lambda: zoo.gpt(batch=2, length=8, dim=16, heads=2, layers=1, vocab=32),
+}
+
+
+def run_by_contract(captured: Captured, inputs: list[torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """Evaluate graph node after graph node, keeping only exports; returns the step outputs by fx name."""
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    placeholders = [node.name for node in captured.module.graph.nodes if node.op == "placeholder"]
+    sources = dict(zip(placeholders, inputs, strict=True))
+    group_of = {name: index for index, names in enumerate(captured.members) for name in names}
+    wanted = {captured.loss, *(name for name in (*captured.gradients, *captured.buffer_updates) if name)}
+    kept: dict[str, Any] = {}
+    outputs: dict[str, torch.Tensor] = {}
+    torch.manual_seed(seed)
+    for index, names in enumerate(captured.members):
+        local: dict[str, Any] = {}
+
+        def lookup(argument: torch.fx.Node, index: int = index, local: dict[str, Any] = local) -> Any:
+            if argument.name in sources:
+                return sources[argument.name]
+            if argument.name in local:
+                return local[argument.name]
+            source = group_of[argument.name]
+            assert source in captured.graph.nodes[index].inputs, (argument.name, index)
+            assert argument.name in captured.exports[source], (argument.name, source)
+            return kept[argument.name]
+
+        for name in names:
+            node = fx_nodes[name]
+            args, kwargs = pytree.tree_map_only(torch.fx.Node, lookup, (node.args, node.kwargs))
+            local[name] = node.target(*args, **kwargs)
+        kept.update({name: local[name] for name in captured.exports[index]})
+        outputs.update({name: local[name] for name in names if name in wanted})
+    return outputs
+
+
+def captured_inputs(captured: Captured, model: nn.Module, batch: tuple[Any, ...]) -> list[torch.Tensor]:
+    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    named = [state[name].detach().clone() for name in (*captured.parameter_names, *captured.buffer_names)]
+    return named + pytree.tree_leaves(batch)
+
+
+def eager_step(model: nn.Module, loss_fn: Any, batch: tuple[Any, ...], seed: int) -> tuple[float, nn.Module]:
+    reference = copy.deepcopy(model)
+    torch.manual_seed(seed)
+    loss = loss_fn(reference, *batch)
+    loss.backward()
+    return loss.item(), reference
+
+
+def assert_matches_eager(captured: Captured, model: nn.Module, loss_fn: Any, batch: tuple[Any, ...]) -> None:
+    outputs = run_by_contract(captured, captured_inputs(captured, model, batch), seed=7)
+    loss, reference = eager_step(model, loss_fn, batch, seed=7)
+    assert outputs[captured.loss].item() == pytest.approx(loss, rel=1e-5)
+    parameters = dict(reference.named_parameters())
+    for name, gradient in zip(captured.parameter_names, captured.gradients, strict=True):
+        assert gradient is not None
+        torch.testing.assert_close(outputs[gradient], parameters[name].grad, rtol=1e-4, atol=1e-5)
+    buffers = dict(reference.named_buffers())
+    for name, update in zip(captured.buffer_names, captured.buffer_updates, strict=True):
+        assert update is not None
+        torch.testing.assert_close(outputs[update], buffers[name])
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_contract_and_gradients_match_eager(name: str) -> None:
+    model, loss_fn, batch = SMALL[name]()
+    captured = capture(model, loss_fn, batch, cost_model="unit")
+    calls = [node.name for node in captured.module.graph.nodes if node.op == "call_function"]
+    assert sorted(calls) == sorted(n for names in captured.members for n in names), "members must partition the ops"
+    order = {name: index for index, name in enumerate(calls)}
+    for names in captured.members:
+        assert list(names) == sorted(names, key=order.__getitem__)
+    assert captured.parameter_names == tuple(n for n, _ in model.named_parameters())
+    assert captured.buffer_names == tuple(n for n, _ in model.named_buffers())
+    assert_matches_eager(captured, model, loss_fn, batch)
+
+
+def test_merged_graph_is_small_and_still_exact() -> None:
+    model, loss_fn, batch = SMALL["resnet"]()
+    full = capture(model, loss_fn, batch, cost_model="unit")
+    merged = capture(model, loss_fn, batch, cost_model="unit", max_nodes=12)
+    assert merged.graph.size <= 12 < full.graph.size
+    assert sum(node.cost for node in merged.graph.nodes) == full.graph.size
+    assert merged.graph.fixed_memory == full.graph.fixed_memory
+    assert_matches_eager(merged, model, loss_fn, batch)
+
+
+def test_views_and_multi_output_ops_are_not_separate_nodes() -> None:
+    model, loss_fn, batch = SMALL["resnet"]()
+    captured = capture(model, loss_fn, batch, cost_model="unit")
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    view_like = {"view", "t", "detach", "alias", "expand", "permute", "transpose", "getitem", "_unsafe_view"}
+    for names in captured.members:
+        kinds = {getattr(fx_nodes[name].target, "__name__", "").split(".")[0] for name in names}
+        assert not kinds <= view_like, f"a graph node made only of views: {names}"
+    batch_norms = [names for names in captured.members if any("batch_norm_legit" in n for n in names)]
+    assert batch_norms and all(any(n.startswith("getitem") for n in names) for names in batch_norms)
+
+
+@pytest.mark.parametrize(
+    ("name", "factory"),
+    [
+        ("vgg", lambda: zoo.vgg(batch=16, image_size=32, width=8)),
+        ("resnet", lambda: zoo.resnet(batch=16, image_size=16, width=8, blocks=(1, 1))),
+        ("gpt", lambda: zoo.gpt(batch=8, length=64, dim=64, heads=4, layers=2, vocab=128)),
+    ],
+)
+def test_checkpoint_all_peak_matches_eager_live_bytes(name: str, factory: Any) -> None:
+    """Simulated peak vs eager live storages, both with gradients charged for the whole step."""
+    model, loss_fn, batch = factory()
+    captured = capture(model, loss_fn, batch, cost_model="unit")
+    simulated = solve(captured.graph, None, method="checkpoint_all").peak_memory
+    eager = measure_eager_step(model, loss_fn, batch)
+    assert simulated == pytest.approx(eager.peak_gradients_fixed, rel=0.10), (name, simulated, eager)
+
+
+def test_fixed_memory_counts_state_batch_gradients_and_optimizer() -> None:
+    model, loss_fn, batch = SMALL["resnet"]()
+    captured = capture(model, loss_fn, batch, cost_model="unit", optimizer_state_bytes=1000)
+    parameters = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    inputs = sum(t.numel() * t.element_size() for t in batch)
+    updated = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert captured.graph.fixed_memory == 2 * parameters + buffers + updated + inputs + 1000
+
+
+def test_random_ops_are_marked() -> None:
+    model, loss_fn, batch = SMALL["gpt"]()
+    captured = capture(model, loss_fn, batch, cost_model="unit")
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    dropout = torch.ops.aten.native_dropout.default
+    with_dropout = {i for i, names in enumerate(captured.members) if any(fx_nodes[n].target == dropout for n in names)}
+    assert with_dropout and with_dropout <= captured.random_nodes
+    model, loss_fn, batch = SMALL["mlp"]()
+    assert capture(model, loss_fn, batch, cost_model="unit").random_nodes == frozenset()
+
+
+class TwoInputsDictOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(10, 8)
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, tokens: torch.Tensor, features: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.embedding(tokens) + features
+        return {"logits": self.linear(hidden), "hidden": hidden}
+
+
+def test_multiple_inputs_dict_outputs_and_nested_batch() -> None:
+    model = TwoInputsDictOutput()
+
+    def loss_fn(model: nn.Module, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        out = model(inputs["tokens"], inputs["features"])
+        return (out["logits"] - target).pow(2).mean() + out["hidden"].abs().mean()
+
+    batch = ({"tokens": torch.randint(0, 10, (3,)), "features": torch.randn(3, 8)}, torch.randn(3, 4))
+    captured = capture(model, loss_fn, batch, cost_model="flops")
+    assert len(captured.batch_shapes) == 3
+    assert_matches_eager(captured, model, loss_fn, batch)
+
+
+def test_flops_match_closed_form_for_a_convolution() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten())
+    batch = (torch.randn(2, 3, 6, 6),)
+    captured = capture(model, lambda m, x: m(x).sum(), batch, cost_model="flops")
+    convolution = next(node for node in captured.graph.nodes if node.name.startswith("convolution"))
+    assert convolution.cost == 2 * 2 * 8 * 6 * 6 * 3 * 3 * 3
+
+
+def test_profile_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+    model, loss_fn, batch = SMALL["mlp"]()
+    first = capture(model, loss_fn, batch, cost_model="profile")
+    assert list((tmp_path / "profiles").glob("*.json"))
+    assert all(node.cost > 0 for node in first.graph.nodes if node.memory > 0)
+
+    def no_timing(*args: Any) -> None:
+        raise AssertionError("a cached op was timed again")
+
+    monkeypatch.setattr("checkmate.capture.profile._cpu_timer", no_timing)
+    second = capture(model, loss_fn, batch, cost_model="profile")
+    assert [node.cost for node in second.graph.nodes] == [node.cost for node in first.graph.nodes]
+
+
+def test_unsupported_constructs_raise_capture_error_naming_them() -> None:
+    class Branchy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+            hidden = self.linear(inputs)
+            return hidden if hidden.sum() > 0 else -hidden
+
+    batch = (torch.randn(2, 4),)
+    with pytest.raises(CaptureError, match="data-dependent"):
+        capture(Branchy(), lambda m, x: m(x).sum(), batch, cost_model="unit")
+    with pytest.raises(CaptureError, match="nonzero"):
+        capture(nn.Linear(4, 4), lambda m, x: m(x)[m(x) > 0].sum(), batch, cost_model="unit")
+    with pytest.raises(CaptureError, match="scalar"):
+        capture(nn.Linear(4, 4), lambda m, x: m(x), batch, cost_model="unit")
+    with pytest.raises(CaptureError, match="not a tensor"):
+        capture(nn.Linear(4, 4), lambda m, x, flag: m(x).sum(), (*batch, True), cost_model="unit")
+    with pytest.raises(CaptureError, match="cost_model"):
+        capture(nn.Linear(4, 4), lambda m, x: m(x).sum(), batch, cost_model="guess")
+
+
+def test_import_checkmate_does_not_import_torch_and_capture_is_callable() -> None:
+    code = "import sys, checkmate; assert 'torch' not in sys.modules; print(callable(checkmate.capture))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "True"
+    model, loss_fn, batch = SMALL["mlp"]()
+    assert isinstance(checkmate.capture(model, loss_fn, batch, cost_model="unit"), Captured)
+
+
+def test_cli_writes_a_graph_json(tmp_path: Path) -> None:
+    out = tmp_path / "graph.json"
+    assert run_capture("checkmate.zoo:mlp", str(out), "flops", 10) == 0
+    graph = Graph.from_json(out.read_text())
+    assert 0 < graph.size <= 10
+    assert json.loads(out.read_text())["fixed_memory"] == graph.fixed_memory
