@@ -14,7 +14,7 @@ import numpy as np
 from checkmate.bounds import activation_floor, infeasible_budget, lower_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.milp.backends import get_backend
+from checkmate.milp.backends import available_backends, get_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
@@ -27,15 +27,17 @@ from checkmate.units import format_bytes
 log = logging.getLogger(__name__)
 
 METHOD = "optimal"
-# backend="auto": HiGHS below this many stages, SCIP from it on (benchmarks/milp_backends.py).
-SCIP_FROM_STAGES = 100
+# backend="auto": the first installed of these. HiGHS solved every case of benchmarks/milp_backends.py (chains up
+# to T = 129 and random graphs, warm-started) to optimality faster than SCIP; see BENCHMARKS.md.
+AUTO_ORDER = ("highs", "scip")
 
 
-def choose_backend(name: str, graph: Graph) -> str:
-    """Resolve "auto" to a concrete backend name."""
+def choose_backend(name: str) -> str:
+    """Resolve "auto" to a concrete, installed backend name."""
     if name != "auto":
         return name
-    return "scip" if graph.size >= SCIP_FROM_STAGES else "highs"
+    installed = available_backends()
+    return next((candidate for candidate in AUTO_ORDER if candidate in installed), AUTO_ORDER[0])
 
 
 @register(METHOD, "the paper's MILP: the cheapest plan within the budget (proven optimal when the solver finishes)")
@@ -49,6 +51,7 @@ def optimal(
     threads: int | None = None,
     verbose: bool = False,
     seed: int = 0,
+    warm_start: bool = True,
     memory_resolution: int = DEFAULT_RESOLUTION,
 ) -> Plan:
     """Solve the MILP for `graph` within `budget` bytes.
@@ -60,6 +63,7 @@ def optimal(
         time_limit: seconds for the solver; on expiry the best plan found (never worse than the warm start).
         mip_gap: relative gap at which the solver stops and the plan counts as optimal.
         threads, verbose, seed: passed to the solver.
+        warm_start: hand the best baseline plan to the solver as its first incumbent (it is the fallback either way).
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
 
     Raises:
@@ -78,8 +82,8 @@ def optimal(
     )
     fallback = best_baseline(graph, budget)
     options = SolveOptions(time_limit=time_limit, mip_gap=mip_gap, threads=threads, verbose=verbose, seed=seed)
-    solution = get_backend(choose_backend(backend, graph)).solve(
-        problem, options, _start(graph, problem, index, fallback)
+    solution = get_backend(choose_backend(backend)).solve(
+        problem, options, _start(graph, problem, index, fallback) if warm_start else None
     )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:
         raise infeasible_budget(graph, budget, method=METHOD)
