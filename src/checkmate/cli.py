@@ -3,6 +3,7 @@
     checkmate solve GRAPH.json --budget 512MiB --method chen_greedy [--out plan.json]
     checkmate methods
     checkmate compare GRAPH.json --budget 512MiB [--methods chen_sqrtn,griewank]
+    checkmate sweep GRAPH.json [--points 8] [--methods ...] [--plot sweep.png]
     checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
 
 Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
@@ -47,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     _graph_and_budget(solve_parser)
     solve_parser.add_argument("--method", default="checkpoint_all", help="a name from `checkmate methods`")
     solve_parser.add_argument("--out", type=Path, help="write the plan (R, S and its figures) to this JSON file")
+    solve_parser.add_argument(
+        "--plot", type=Path, help="write memory over the schedule, against checkpoint_all, to this PNG (matplotlib)"
+    )
     solve_parser.set_defaults(command=_solve)
 
     methods_parser = commands.add_parser("methods", help="list the methods with one line each")
@@ -56,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     _graph_and_budget(compare_parser)
     compare_parser.add_argument("--methods", help="comma-separated names (default: every method)")
     compare_parser.set_defaults(command=_compare)
+
+    sweep_parser = commands.add_parser("sweep", help="compare the methods over a range of budgets, optionally plotted")
+    _graph_and_budget(sweep_parser)
+    sweep_parser.add_argument("--methods", help="comma-separated names (default: every method)")
+    sweep_parser.add_argument("--points", type=int, default=8, help="budgets from the floor to checkpoint_all's peak")
+    sweep_parser.add_argument("--plot", type=Path, help="write overhead against budget to this PNG (needs matplotlib)")
+    sweep_parser.set_defaults(command=_sweep)
 
     capture_parser = commands.add_parser("capture", help="trace a PyTorch model into a graph JSON (needs torch)")
     capture_parser.add_argument(
@@ -127,6 +138,10 @@ def _solve(arguments: argparse.Namespace) -> int:
     if arguments.out is not None:
         arguments.out.write_text(plan.to_json())
         print(f"plan written to {arguments.out}")
+    if arguments.plot is not None:
+        from checkmate.plots import plot_memory
+
+        print(f"plot written to {plot_memory(graph, [plan, reference], arguments.plot, budget=plan.budget)}")
     return 0
 
 
@@ -142,6 +157,32 @@ def _compare(arguments: argparse.Namespace) -> int:
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     rows = compare(graph, arguments.budget, methods, options=_method_options(arguments))
     print(format_table(rows))
+    return 0
+
+
+def _sweep(arguments: argparse.Namespace) -> int:
+    from checkmate.sweep import budget_grid, sweep
+
+    graph = _load_graph(arguments.graph)
+    if arguments.budget is not None:
+        raise ValueError("sweep chooses its own budgets; use --points instead of --budget")
+    methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
+    budgets = budget_grid(graph, arguments.points)
+    points = sweep(graph, budgets, methods, options=_method_options(arguments))
+    names = list(dict.fromkeys(point.row.method for point in points))
+    print("budget".ljust(14) + "".join(name.rjust(max(len(name), 9) + 2) for name in names))
+    for budget in budgets:
+        cells = {point.row.method: point.row for point in points if point.budget == budget}
+        text = "".join(
+            ("-" if cells[name].overhead is None else f"{cells[name].overhead:.3f}x").rjust(max(len(name), 9) + 2)
+            for name in names
+        )
+        print(format_bytes(budget).ljust(14) + text)
+    print("(compute overhead against checkpoint_all; - means the method finds no plan within that budget)")
+    if arguments.plot is not None:
+        from checkmate.plots import plot_sweep
+
+        print(f"plot written to {plot_sweep(points, arguments.plot, title=arguments.graph.name)}")
     return 0
 
 

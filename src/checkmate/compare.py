@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ from typing import Any
 from checkmate.errors import CheckmateError
 from checkmate.graph import Graph
 from checkmate.solve import solve
-from checkmate.strategies.registry import get_strategy, strategies
+from checkmate.strategies.registry import get_strategy, option_names, strategies
 from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
@@ -88,10 +87,9 @@ def _run(graph: Graph, budget: int | None, method: str, *, options: dict[str, An
 
 def accepted_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The options the method's function takes after (graph, budget) (all of them if it takes **kwargs)."""
-    parameters = inspect.signature(get_strategy(method).function).parameters.values()
-    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+    names = option_names(method)
+    if names is None:
         return dict(options)
-    names = {parameter.name for parameter in list(parameters)[2:]}
     return {key: value for key, value in options.items() if key in names}
 
 

@@ -39,11 +39,19 @@ Step = Compute | Free
 
 @dataclass(frozen=True)
 class Schedule:
-    """An explicit program an executor can run, with the simulator's figures for it."""
+    """An explicit program an executor can run, with the simulator's figures for it.
+
+    Attributes:
+        steps: the compute and free steps in order.
+        cost: total compute cost.
+        peak_memory: the largest of `usage`.
+        usage: bytes in use (fixed memory included) just after each Compute step, in step order: the paper's U[t, k].
+    """
 
     steps: tuple[Step, ...]
     cost: float
     peak_memory: int
+    usage: tuple[int, ...] = ()
 
 
 def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
@@ -103,7 +111,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
     steps: list[Step] = []
     live = S[0].astype(np.int64)
     current = int(memory @ live)
-    peak = 0
+    usage: list[int] = []
     for t in range(T):
         computed = np.flatnonzero(R[t])
         held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=bool)
@@ -112,7 +120,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
-            peak = max(peak, current)
+            usage.append(current + graph.fixed_memory)
             for i in preds[k]:
                 if last_consumer[i] == k and not held_next[i]:
                     steps.append(Free(i, t))
@@ -124,7 +132,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
         live -= drops
         current -= int(memory @ drops)
     cost = float(graph.costs @ R.sum(axis=0))
-    return Schedule(tuple(steps), cost, peak + graph.fixed_memory)
+    return Schedule(tuple(steps), cost, max(usage), tuple(usage))
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,19 @@ def get_strategy(name: str) -> Strategy:
         raise ValueError(f"unknown method {name!r}; choose one of: {known}") from None
 
 
+def option_names(name: str) -> tuple[str, ...] | None:
+    """The options a strategy takes after (graph, budget), or None when it takes any keyword."""
+    parameters = list(inspect.signature(get_strategy(name).function).parameters.values())[2:]
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return tuple(parameter.name for parameter in parameters)
+
+
 def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str, Any]) -> Plan:
-    """Run a registered strategy."""
+    """Run a registered strategy; an option it does not take is a ValueError that lists the ones it does."""
+    known = option_names(name)
+    unknown = sorted(set(options) - set(known)) if known is not None else []
+    if unknown:
+        takes = ", ".join(known) if known else "no options"
+        raise ValueError(f"method {name!r} does not take the option(s) {unknown}; it takes: {takes}")
     return get_strategy(name).function(graph, budget, **options)
