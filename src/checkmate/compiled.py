@@ -303,10 +303,17 @@ class CompiledStep:
         Raises:
             CheckmateError: the file holds a plan for another graph.
         """
+        captured = self.captured
+        return self.use_plan(plan_cache.read_plan(path, captured.graph, cost_model=captured.cost_model))
+
+    def use_plan(self, plan: Plan) -> Plan:
+        """Run the current batch shape with `plan` (from `checkmate.solve(step.graph, ...)`, say) from now on.
+
+        Raises:
+            InvalidSchedule: the plan breaks a constraint on this graph (or has the wrong size).
+        """
         compiled = self._compiled[self._current]
-        captured = compiled.captured
-        plan = plan_cache.read_plan(path, captured.graph, cost_model=captured.cost_model)
-        schedule = lower(captured.graph, plan.R, plan.S)
+        schedule = lower(compiled.captured.graph, plan.R, plan.S)
         self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule)
         self._measured_peak.pop(self._current, None)
         return plan

@@ -9,6 +9,8 @@ from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
+LABEL_WIDTH = 17
+
 
 @dataclass(frozen=True)
 class StepReport:
@@ -44,11 +46,10 @@ class StepReport:
         rows = [
             ("plan", f"{self.method} ({self.status}), {self.nodes} nodes, {self.cost_model} costs"),
             ("no-remat peak", format_bytes(self.no_remat_peak)),
-            ("budget", f"{format_bytes(self.budget)} ({self.budget / self.no_remat_peak:.0%} of no-remat)"),
+            ("budget", f"{format_bytes(self.budget)} ({self.budget / max(self.no_remat_peak, 1):.0%} of no-remat)"),
             ("planned peak", format_bytes(self.planned_peak)),
             ("measured peak", measured_peak),
             ("planned overhead", f"{self.planned_overhead:+.1%} compute"),
             ("step time", measured_time),
         ]
-        width = max(len(label) for label, _ in rows)
-        return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+        return "\n".join(f"{label:<{LABEL_WIDTH}}  {value}" for label, value in rows)

@@ -1,0 +1,218 @@
+"""checkmate.compile against eager PyTorch: same loss, gradients and buffers, and the memory it promises.
+
+The oracle is plain `loss_fn(model, *batch).backward()` on a deep copy of the model, under the same seed;
+peaks are measured by the live-storage meter while each step runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+
+import checkmate
+from checkmate import Captured, CheckmateError, ExecutionError, cheapest_r, make_plan, zoo
+from checkmate.compiled import CompiledStep, resolve_budget
+from checkmate.execute import eager_peak
+
+TIME_LIMIT = 20
+MODELS: dict[str, Callable[[], Any]] = {
+    "resnet": lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)),
+    "gpt": lambda: zoo.gpt(batch=8, length=32, dim=32, heads=2, layers=2, vocab=64),
+}
+BUDGETS = [("resnet", 1.0), ("resnet", 0.7), ("gpt", 1.0), ("gpt", 0.5)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plan_cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One plan cache for the module, so a budget solved once is not solved again by the next test."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("plans")))
+        yield
+
+
+def _assert_same_state(model: nn.Module, reference: nn.Module, context: str) -> None:
+    for (name, got), (_, want) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+        assert (got.grad is None) == (want.grad is None), f"{context}: {name}.grad presence differs"
+        if want.grad is not None:
+            assert torch.equal(got.grad, want.grad), f"{context}: {name}.grad differs"
+    for (name, got), (_, want) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
+        assert torch.equal(got, want), f"{context}: buffer {name} differs"
+
+
+def _temporary_bytes(captured: Captured) -> int:
+    """The most bytes one node allocates and drops before it ends: values that are neither exported nor leave
+    the step. The plan's memory model does not count them, so the measured peak may exceed the plan by this much."""
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+
+    def storages(names: Any) -> dict[StorageWeakRef, int]:
+        found: dict[StorageWeakRef, int] = {}
+        for name in names:
+            for value in pytree.tree_leaves(fx_nodes[name].meta.get("val")):
+                if isinstance(value, torch.Tensor):
+                    found[StorageWeakRef(value.untyped_storage())] = value.untyped_storage().nbytes()
+        return found
+
+    leaving = [name for name in (captured.loss, *captured.gradients, *captured.buffer_updates) if name is not None]
+    sources = [node.name for node in captured.module.graph.nodes if node.op == "placeholder"]
+    outside = storages(leaving) | storages(sources)
+    largest = 0
+    for members, exports in zip(captured.members, captured.exports, strict=True):
+        kept = storages(exports) | outside
+        temporary = {key: size for key, size in storages(members).items() if key not in kept}
+        largest = max(largest, sum(temporary.values()))
+    return largest
+
+
+def _assert_within_plan(step: CompiledStep) -> None:
+    report = step.report()
+    assert report.measured_peak is not None and report.planned_peak <= report.budget
+    allowance = _temporary_bytes(step.captured)
+    assert report.measured_peak <= report.planned_peak + allowance, (
+        f"measured {report.measured_peak} above planned {report.planned_peak} + node temporaries {allowance}"
+    )
+
+
+def _compare_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], seed: int, context: str) -> None:
+    torch.manual_seed(seed)
+    loss = step(*batch)
+    torch.manual_seed(seed)
+    expected = step.loss_fn(reference, *batch)
+    expected.backward()
+    assert torch.equal(loss, expected.detach()), f"{context}: loss {loss.item()} != {expected.item()}"
+    _assert_same_state(step.model, reference, context)
+
+
+def _train_three_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], context: str) -> None:
+    """Step 1, an SGD update on both, step 2 from zeroed grads, step 3 accumulating into step 2's grads."""
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (step.model, reference)]
+    _compare_steps(step, reference, batch, seed=11, context=f"{context}, step 1")
+    for optimizer in optimizers:
+        optimizer.step()
+        optimizer.zero_grad()
+    _compare_steps(step, reference, batch, seed=12, context=f"{context}, step 2 after an update")
+    _compare_steps(step, reference, batch, seed=13, context=f"{context}, step 3 accumulating")
+
+
+@pytest.mark.parametrize(("name", "budget"), BUDGETS)
+def test_matches_eager_and_stays_within_plan(name: str, budget: float) -> None:
+    model, loss_fn, batch = MODELS[name]()
+    model.train()
+    reference = copy.deepcopy(model)
+    method, options = "optimal", {"time_limit": TIME_LIMIT}
+    if budget == 1.0:
+        method, options = "checkpoint_all", {}
+    step = checkmate.compile(model, loss_fn, batch, budget=budget, method=method, cost_model="flops", **options)
+    if budget < 1.0:
+        assert step.plan.R.sum() > step.graph.size, "a tight budget must make the plan recompute"
+    _train_three_steps(step, reference, batch, f"{name} at {budget:.0%} with {method}")
+    _assert_within_plan(step)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recomputing_everything_is_still_exact(name: str) -> None:
+    """The plan that holds nothing across stages: every value is recomputed for each use, random ops and
+    BatchNorm included, and the numbers are still eager's."""
+    model, loss_fn, batch = MODELS[name]()
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="flops")
+    size = step.graph.size
+    nothing = np.zeros((size, size), dtype=bool)
+    step.use_plan(make_plan(step.graph, cheapest_r(step.graph, nothing), nothing, method="recompute_everything"))
+    assert step.plan.R.sum() > 3 * size
+    _train_three_steps(step, reference, batch, f"{name}, recomputing everything")
+    _assert_within_plan(step)
+
+
+def test_half_budget_is_clearly_below_eager() -> None:
+    model, loss_fn, batch = MODELS["gpt"]()
+    method, options = "optimal", {"time_limit": TIME_LIMIT}
+    step = checkmate.compile(model, loss_fn, batch, budget=0.5, method=method, cost_model="flops", **options)
+    step(*batch)
+    measured = step.report().measured_peak
+    model.zero_grad(set_to_none=True)
+    eager = eager_peak(copy.deepcopy(model), loss_fn, batch)
+    assert measured is not None and measured < 0.85 * eager, f"measured {measured} vs eager {eager}"
+
+
+def test_new_shape_is_replanned_or_refused() -> None:
+    model, loss_fn, batch = zoo.mlp(batch=8)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    first_graph = step.graph
+    smaller = tuple(tensor[:4] for tensor in batch)
+    reference = copy.deepcopy(model)
+    _compare_steps(step, reference, smaller, seed=0, context="replanned batch of 4")
+    assert step.graph is not first_graph
+    assert step.captured.batch_shapes[0][0] == (4, 32)
+    strict = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit", replan=False
+    )
+    with pytest.raises(ExecutionError, match=r"planned for batch float32\[8, 32\]"):
+        strict(*smaller)
+
+
+def test_plans_come_from_the_disk_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+    model, loss_fn, batch = zoo.mlp(batch=8)
+    solved: list[str] = []
+    real_solve = checkmate.compiled.solve
+
+    def counting_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
+        solved.append(method)
+        return real_solve(graph, budget, method=method, **options)
+
+    monkeypatch.setattr(checkmate.compiled, "solve", counting_solve)
+    first = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
+    second = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
+    assert solved.count("chen_greedy_linear") == 1
+    assert (first.plan.R == second.plan.R).all() and (first.plan.S == second.plan.S).all()
+    checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit", cache=False)
+    assert solved.count("chen_greedy_linear") == 2
+
+
+def test_save_and_load_plan(tmp_path: Any) -> None:
+    model, loss_fn, batch = zoo.mlp(batch=8)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
+    path = tmp_path / "plan.json"
+    step.save_plan(path)
+    other = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    loaded = other.load_plan(path)
+    assert (loaded.R == step.plan.R).all() and loaded.peak_memory == step.plan.peak_memory
+    assert other.plan is loaded
+    wider, wider_loss, wider_batch = zoo.mlp(batch=8, width=16)
+    mismatched = checkmate.compile(
+        wider, wider_loss, wider_batch, budget=1.0, method="checkpoint_all", cost_model="unit"
+    )
+    with pytest.raises(CheckmateError, match="another graph"):
+        mismatched.load_plan(path)
+
+
+def test_report_before_and_after_a_call() -> None:
+    model, loss_fn, batch = zoo.mlp(batch=8)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    assert step.report().measured_peak is None
+    assert "not yet measured" in str(step.report())
+    step(*batch)
+    step(*batch)
+    report = step.report()
+    assert report.measured_peak is not None and report.measured_time is not None
+    text = str(report)
+    for label in ("no-remat peak", "budget", "planned peak", "measured peak", "planned overhead", "step time"):
+        assert label in text
+
+
+def test_budget_forms() -> None:
+    assert resolve_budget(0.5, 1000) == 500
+    assert resolve_budget(1.0, 1000) == 1000
+    assert resolve_budget("1KiB", 1000) == 1024
+    assert resolve_budget(4096, 1000) == 4096
+    for bad in (1.5, 0.0, True):
+        with pytest.raises(ValueError):
+            resolve_budget(bad, 1000)
