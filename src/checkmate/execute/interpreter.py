@@ -40,13 +40,14 @@ class Reference:
     name: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Operation:
     """One member fx node, ready to evaluate.
 
     Attributes:
         name: the fx node's name (its value's key in the environment).
-        target: the callable (an ATen overload or operator.getitem).
+        target: the fx node's target (an ATen overload or operator.getitem), for messages.
+        function: what is called: the overload's underlying builtin (one Python frame less per op), else the target.
         args: positional arguments, with fx values replaced by Reference.
         kwargs: keyword arguments, likewise.
         slots: (position, name) of the top-level positional arguments that are references.
@@ -56,6 +57,7 @@ class Operation:
 
     name: str
     target: Callable[..., Any]
+    function: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     slots: tuple[tuple[int, str], ...]
@@ -63,7 +65,7 @@ class Operation:
     release: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeProgram:
     """What computing one graph node means: its operations, what it keeps, and what leaves the step from it."""
 
@@ -74,6 +76,7 @@ class NodeProgram:
     gradients: tuple[tuple[int, str], ...]
     buffer_updates: tuple[tuple[int, str], ...]
     random: bool
+    taken: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,9 @@ def _node_program(
         gradients=gradients,
         buffer_updates=updates,
         random=index in captured.random_nodes,
+        taken=frozenset([captured.loss] if owner[captured.loss] == index else [])
+        | {name for _, name in gradients}
+        | {name for _, name in updates},
     )
 
 
@@ -196,7 +202,8 @@ def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
     nested = _count_references((args, kwargs)) != len(slots)
     if not callable(fx_node.target):
         raise ExecutionError(f"fx node {fx_node.name!r} has target {fx_node.target!r}, which is not callable")
-    return Operation(fx_node.name, fx_node.target, args, kwargs, slots, nested, release)
+    function = fx_node.target._op if isinstance(fx_node.target, torch._ops.OpOverload) else fx_node.target
+    return Operation(fx_node.name, fx_node.target, function, args, kwargs, slots, nested, release)
 
 
 def _count_references(value: Any) -> int:
@@ -272,14 +279,21 @@ class _Run:
 
     def _evaluate(self, node: NodeProgram, stage: int, first: bool) -> None:
         env = self.env
+        taken = node.taken if first else frozenset()
         for operation in node.operations:
             try:
-                env[operation.name] = _call(operation, env)
+                if operation.nested:
+                    args, kwargs = _resolve((operation.args, operation.kwargs), env)
+                else:
+                    args, kwargs = list(operation.args), operation.kwargs
+                    for position, name in operation.slots:
+                        args[position] = env[name]
+                env[operation.name] = operation.function(*args, **kwargs)
             except Exception as error:
                 raise ExecutionError(
                     f"{node.label}, stage {stage}: fx node {operation.name!r} ({operation.target}) failed: {error}"
                 ) from error
-            if first:
+            if operation.name in taken:
                 self._take(node, operation.name)
             for name in operation.release:
                 del env[name]
@@ -302,16 +316,6 @@ class _Run:
         if not held:
             for name in self.program.nodes[index].exports:
                 del self.env[name]
-
-
-def _call(operation: Operation, env: dict[str, Any]) -> Any:
-    if operation.nested:
-        args, kwargs = _resolve((operation.args, operation.kwargs), env)
-        return operation.target(*args, **kwargs)
-    args = list(operation.args)
-    for position, name in operation.slots:
-        args[position] = env[name]
-    return operation.target(*args, **operation.kwargs)
 
 
 def _resolve(value: Any, env: dict[str, Any]) -> Any:
