@@ -83,9 +83,10 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     from torch._functorch.aot_autograd import aot_export_module
 
     leaves, spec = flatten_batch(batch)
-    step = _Step(model, loss_fn, spec)
+    fake_model, fake_leaves = _fake_copies(model, leaves)
+    step = _Step(fake_model, loss_fn, spec)
     try:
-        module, signature = aot_export_module(step, leaves, trace_joint=True, output_loss_index=0)
+        module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
     except CaptureError:
         raise
     except Exception as error:
@@ -109,6 +110,28 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
         gradients=tuple(gradient_of.get(name) for name in signature.parameters),
         buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
     )
+
+
+def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
+    """A copy of the model whose parameters and buffers are fake tensors, and fake batch leaves.
+
+    AOTAutograd given real tensors runs the step for real (it allocated every activation of VGG16);
+    given fake ones it only propagates shapes.
+    """
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with FakeCopyMode(fake_mode):
+            fake_model = copy.deepcopy(model)
+    except Exception as error:
+        raise CaptureError(
+            f"cannot copy the model onto fake tensors ({type(error).__name__}: {error}); "
+            "the model must support copy.deepcopy"
+        ) from error
+    return fake_model, [fake_mode.from_tensor(leaf) for leaf in leaves]
 
 
 def _check_signature(signature: Any) -> None:
