@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.utils import _pytree as pytree
 
 import checkmate
@@ -251,3 +252,28 @@ def test_cli_writes_a_graph_json(tmp_path: Path) -> None:
     graph = Graph.from_json(out.read_text())
     assert 0 < graph.size <= 10
     assert json.loads(out.read_text())["fixed_memory"] == graph.fixed_memory
+
+
+def test_tracing_sees_only_fake_tensors() -> None:
+    model, loss_fn, batch = SMALL["vgg"]()
+    seen: list[bool] = []
+    model.register_forward_pre_hook(lambda module, inputs: seen.append(is_fake(inputs[0])))
+    capture(model, loss_fn, batch, cost_model="unit")
+    assert seen and all(seen)
+
+
+@pytest.mark.slow
+def test_vgg16_batch_256_captures_in_seconds_without_allocating_activations() -> None:
+    code = (
+        "import resource, time; from checkmate import zoo, solve; from checkmate.capture import capture\n"
+        "model, loss_fn, batch = zoo.vgg16(batch=256)\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "started = time.perf_counter(); captured = capture(model, loss_fn, batch, cost_model='flops')\n"
+        "elapsed = time.perf_counter() - started\n"
+        "grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print(elapsed, grown * 1024, solve(captured.graph, None).peak_memory)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    elapsed, grown, peak = (float(value) for value in result.stdout.split())
+    assert peak > 10 * 2**30, "the step needs more than 10 GiB of activations"
+    assert grown < 1 * 2**30 and elapsed < 60
