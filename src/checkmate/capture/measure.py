@@ -42,6 +42,7 @@ class EagerMeasurement:
         preexisting_bytes: parameters, buffers and batch tensors.
         gradient_bytes: the parameters' `.grad` storages after the step.
         step_seconds: median wall time of `loss_fn(model, *batch).backward()` (0.0 when not timed).
+        fastest_step_seconds: the fastest of those runs (0.0 when not timed).
     """
 
     peak_bytes: int
@@ -49,6 +50,7 @@ class EagerMeasurement:
     preexisting_bytes: int
     gradient_bytes: int
     step_seconds: float
+    fastest_step_seconds: float
 
 
 class LiveStorageMeter(TorchDispatchMode):
@@ -123,6 +125,7 @@ def measure_eager_step(
         preexisting_bytes=preexisting,
         gradient_bytes=gradient_bytes,
         step_seconds=statistics.median(timings) if timings else 0.0,
+        fastest_step_seconds=min(timings, default=0.0),
     )
 
 

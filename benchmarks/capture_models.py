@@ -1,0 +1,136 @@
+"""Capture benchmark: graph sizes, capture time, and agreement of the captured graph with eager PyTorch.
+
+For a VGG-style CNN, a ResNet-18-style network and a small GPT it reports
+* fx call nodes of the joint graph, planning nodes, and planning nodes after `max_nodes` merging;
+* capture time with the "profile" cost model, first with an empty profile cache, then cached;
+* the simulated peak of `checkpoint_all` against the peak of live tensor storages measured while
+  eager PyTorch runs `loss_fn(model, *batch).backward()` (checkmate.capture.measure), both totals
+  including parameters, buffers and the batch, and the eager one with gradients charged either as
+  they appear ("eager") or for the whole step like the graph's fixed memory ("eager, grads fixed");
+* the sum of the profiled op costs against the median eager step time, both with one thread.
+
+Then it captures full-size VGG16 at batch 256, 224x224, in a subprocess, and reports time and RSS.
+
+    .venv/bin/python benchmarks/capture_models.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from checkmate import solve, zoo
+from checkmate.capture import capture
+from checkmate.capture.measure import measure_eager_step
+from checkmate.units import format_bytes
+
+MODELS: dict[str, Callable[[], Any]] = {
+    "VGG (8 conv, w16, b32, 32x32)": lambda: zoo.vgg(batch=32, image_size=32, width=16),
+    "ResNet-18-style (w16, b16, 32x32)": lambda: zoo.resnet(batch=16, image_size=32, width=16),
+    "GPT (4 layers, d128, T64, b8)": lambda: zoo.gpt(batch=8, length=64, dim=128, heads=4, layers=4, vocab=256),
+}
+
+VGG16_SCRIPT = """
+import resource, time
+from checkmate import solve, zoo
+from checkmate.capture import capture
+model, loss_fn, batch = zoo.vgg16(batch=256, image_size=224)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+started = time.perf_counter()
+captured = capture(model, loss_fn, batch, cost_model="flops")
+elapsed = time.perf_counter() - started
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+calls = sum(node.op == "call_function" for node in captured.module.graph.nodes)
+peak = solve(captured.graph, None).peak_memory
+print(elapsed, before, after, calls, captured.graph.size, peak)
+"""
+
+
+def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> dict[str, Any]:
+    model, loss_fn, batch = factory()
+    torch.set_num_threads(1)
+    eager_before = measure_eager_step(model, loss_fn, batch, repeats=11)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["CHECKMATE_CACHE_DIR"] = cache
+        started = time.perf_counter()
+        captured = capture(model, loss_fn, batch, cost_model="profile")
+        first = time.perf_counter() - started
+        started = time.perf_counter()
+        capture(model, loss_fn, batch, cost_model="profile")
+        cached = time.perf_counter() - started
+        merged = capture(model, loss_fn, batch, cost_model="profile", max_nodes=max_nodes)
+    eager_after = measure_eager_step(model, loss_fn, batch, repeats=11)
+    step = min(eager_before.step_seconds, eager_after.step_seconds)
+    return {
+        "name": name,
+        "fx": sum(node.op == "call_function" for node in captured.module.graph.nodes),
+        "nodes": captured.graph.size,
+        "merged": merged.graph.size,
+        "first": first,
+        "cached": cached,
+        "simulated": solve(captured.graph, None).peak_memory,
+        "simulated_merged": solve(merged.graph, None).peak_memory,
+        "eager": eager_before.peak_bytes,
+        "eager_fixed": eager_before.peak_gradients_fixed,
+        "profiled": sum(node.cost for node in captured.graph.nodes),
+        "step": step,
+        "steps": (eager_before.step_seconds, eager_after.step_seconds),
+        "fastest": min(eager_before.fastest_step_seconds, eager_after.fastest_step_seconds),
+    }
+
+
+def print_table(rows: list[dict[str, Any]], max_nodes: int) -> None:
+    print(
+        f"| model | fx ops | nodes | nodes (max_nodes={max_nodes}) | capture, empty cache / cached | "
+        "simulated peak | eager peak | eager peak, grads fixed | sim / eager (grads fixed) | "
+        "simulated peak, merged | sum of profiled costs | eager step, median (1 thread) | eager step, fastest | "
+        "profile / eager median |"
+    )
+    print("|---" * 14 + "|")
+    for row in rows:
+        print(
+            f"| {row['name']} | {row['fx']} | {row['nodes']} | {row['merged']} | "
+            f"{row['first']:.1f} s / {row['cached']:.1f} s | {format_bytes(row['simulated'])} | "
+            f"{format_bytes(row['eager'])} | {format_bytes(row['eager_fixed'])} | "
+            f"{row['simulated'] / row['eager_fixed']:.3f} | {format_bytes(row['simulated_merged'])} | "
+            f"{row['profiled'] * 1e3:.1f} ms | {row['step'] * 1e3:.1f} ms "
+            f"(runs: {row['steps'][0] * 1e3:.1f}, {row['steps'][1] * 1e3:.1f}) | {row['fastest'] * 1e3:.1f} ms | "
+            f"{row['profiled'] / row['step']:.2f} |"
+        )
+
+
+def vgg16_row() -> str:
+    result = subprocess.run([sys.executable, "-c", VGG16_SCRIPT], capture_output=True, text=True, check=True)
+    elapsed, before, after, calls, nodes, peak = (float(value) for value in result.stdout.split()[-6:])
+    return (
+        f"VGG16, batch 256, 224x224, cost model flops: {int(calls)} fx ops, {int(nodes)} nodes, capture "
+        f"{elapsed:.1f} s, peak RSS {format_bytes(int(before))} after building the model and batch, "
+        f"{format_bytes(int(after))} after capture; simulated checkpoint_all peak {format_bytes(int(peak))}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-nodes", type=int, default=40)
+    parser.add_argument("--skip-vgg16", action="store_true")
+    arguments = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    rows = [measure_model(name, factory, arguments.max_nodes) for name, factory in MODELS.items()]
+    print_table(rows, arguments.max_nodes)
+    if not arguments.skip_vgg16:
+        print()
+        print(vgg16_row())
+    print(f"\n(this process: peak RSS {format_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)})")
+
+
+if __name__ == "__main__":
+    main()
