@@ -7,12 +7,16 @@ every value that another node reads (what it keeps alive for the backward pass i
 value read only inside the merged node stops being counted. What is not modelled is the transient
 memory inside a merged node while it runs.
 
-Merges are chosen greedily, cheapest first, in this order of preference:
+Merges are chosen greedily: the pair of neighbours with the smallest combined cost, where the cost
+is weighted by how natural the merge is (weights `_TIER_WEIGHTS`):
 
 1. a node read by nothing but its successor (an elementwise chain: conv -> batch norm -> relu);
 2. a node its successor reads;
 3. any two neighbours of the same phase (forward or backward);
 4. any two neighbours.
+
+Weighting instead of strict tiers keeps the merged nodes balanced: a backward pass is a chain of
+kind 1 from end to end, and strict tiers would fold all of it into one node.
 """
 
 from __future__ import annotations
@@ -61,7 +65,11 @@ def merge_groups(graph: Graph, groups: Sequence[Sequence[str]], max_nodes: int) 
     return [[name for index in sorted(block.ids) for name in groups[index]] for block in blocks]
 
 
-def _preference(left: _Block, right: _Block) -> tuple[int, float, int]:
+_TIER_WEIGHTS = (1.0, 2.0, 4.0, 64.0)
+_EPSILON = 1e-12
+
+
+def _preference(left: _Block, right: _Block) -> tuple[float, int]:
     same_phase = left.backward == right.backward
     if same_phase and left.read_by and left.read_by <= right.ids:
         tier = 0
@@ -69,7 +77,7 @@ def _preference(left: _Block, right: _Block) -> tuple[int, float, int]:
         tier = 1
     else:
         tier = 2 if same_phase else 3
-    return tier, left.cost + right.cost, left.first
+    return _TIER_WEIGHTS[tier] * (left.cost + right.cost + _EPSILON), left.first
 
 
 def _join(left: _Block, right: _Block) -> _Block:
