@@ -215,6 +215,18 @@ def test_profile_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert [node.cost for node in second.graph.nodes] == [node.cost for node in first.graph.nodes]
 
 
+@torch.library.custom_op("checkmate_test::twice", mutates_args=())
+def _twice(inputs: torch.Tensor) -> torch.Tensor:
+    """A custom op without a fake implementation."""
+    return inputs * 2
+
+
+def _mutates_weight(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        model.weight.mul_(0.5)
+    return model(inputs).sum()
+
+
 def test_unsupported_constructs_raise_capture_error_naming_them() -> None:
     class Branchy(nn.Module):
         def __init__(self) -> None:
@@ -234,6 +246,12 @@ def test_unsupported_constructs_raise_capture_error_naming_them() -> None:
         capture(nn.Linear(4, 4), lambda m, x: m(x), batch, cost_model="unit")
     with pytest.raises(CaptureError, match="not a tensor"):
         capture(nn.Linear(4, 4), lambda m, x, flag: m(x).sum(), (*batch, True), cost_model="unit")
+    with pytest.raises(CaptureError, match="mutates batch tensor 0"):
+        capture(nn.Linear(4, 4), lambda m, x: m(x.mul_(2)).sum(), batch, cost_model="unit")
+    with pytest.raises(CaptureError, match="mutates a parameter"):
+        capture(nn.Linear(4, 4), _mutates_weight, batch, cost_model="unit")
+    with pytest.raises(CaptureError, match="register_fake"):
+        capture(nn.Linear(4, 4), lambda m, x: _twice(m(x)).sum(), batch, cost_model="unit")
     with pytest.raises(CaptureError, match="cost_model"):
         capture(nn.Linear(4, 4), lambda m, x: m(x).sum(), batch, cost_model="guess")
 

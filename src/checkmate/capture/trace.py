@@ -135,11 +135,13 @@ def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Modul
 
 
 def _check_signature(signature: Any) -> None:
-    mutated = dict(signature.parameters_to_mutate) | dict(signature.user_inputs_to_mutate)
+    mutated = [name.removeprefix(_PREFIX) for name in signature.parameters_to_mutate.values()]
+    mutated += [
+        f"batch tensor {signature.user_inputs.index(name)}" for name in signature.user_inputs_to_mutate.values()
+    ]
     if mutated:
-        name = next(iter(mutated.values()))
         raise CaptureError(
-            f"the step mutates {name!r} in place (a parameter or batch input); checkmate plans a functional step: "
+            f"the step mutates {mutated[0]} in place; checkmate plans a functional step: "
             "clone the tensor before changing it, or move the update out of loss_fn"
         )
 
@@ -177,6 +179,16 @@ def explain_trace_error(error: Exception) -> str:
             f"op {error.func} reads a tensor's value while tracing (`if tensor.sum() > 0:`, `.item()`, "
             "`bool(tensor)`): data-dependent control flow cannot be planned ahead. Make the branch depend on "
             "shapes or Python values only, or use torch.where / torch.cond"
+        )
+    if "no fake impl" in text.lower() or "fake implementation" in text.lower():
+        return (
+            f"{first_line}: checkmate sizes every op on fake tensors, so each op needs a fake (meta) "
+            "implementation: register one with torch.library.register_fake"
+        )
+    if "requires gradients, and received a mutation" in text:
+        return (
+            "the step mutates a parameter in place (for example under torch.no_grad()); checkmate plans a "
+            "functional step: update parameters in the optimizer, outside loss_fn"
         )
     if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
         return (
