@@ -59,13 +59,19 @@ class Settings:
 
 @dataclass(frozen=True)
 class Compiled:
-    """A step planned for one batch signature."""
+    """A step planned for one batch signature.
+
+    The slots are (owning module, attribute name) of each parameter and buffer in placeholder order: each call
+    reads the tensor currently there, so a parameter replaced by assignment is seen, without walking the model.
+    """
 
     captured: Captured
     program: Program
     plan: Plan
     schedule: Schedule
     no_remat: Plan
+    parameter_slots: tuple[tuple[nn.Module, str], ...]
+    buffer_slots: tuple[tuple[nn.Module, str], ...]
 
 
 def compile(
@@ -76,6 +82,7 @@ def compile(
     budget: int | float | str,
     method: str = "optimal",
     cost_model: str = "profile",
+    max_nodes: int | None = None,
     cache: bool = True,
     replan: bool = True,
     measure_memory: str = "first",
@@ -92,6 +99,7 @@ def compile(
             buffers, batch) is included.
         method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
         cost_model: how capture prices ops: "profile", "flops" or "unit".
+        max_nodes: let capture merge cheap neighbouring nodes until at most this many remain (faster solves).
         cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
         replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
         measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
@@ -115,7 +123,7 @@ def compile(
         budget=budget,
         method=method,
         solve_options=dict(solve_options),
-        capture_options={"cost_model": cost_model},
+        capture_options={"cost_model": cost_model, "max_nodes": max_nodes},
         cache=cache,
         replan=replan,
         measure_memory=measure_memory,
@@ -154,7 +162,20 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
         settings.method,
     )
     plan = _cached_solve(captured, budget, settings)
-    return Compiled(captured, prepare(captured), plan, lower(captured.graph, plan.R, plan.S), no_remat)
+    return Compiled(
+        captured,
+        prepare(captured),
+        plan,
+        lower(captured.graph, plan.R, plan.S),
+        no_remat,
+        parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
+        buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),
+    )
+
+
+def _slot(model: nn.Module, qualified_name: str) -> tuple[nn.Module, str]:
+    owner, _, name = qualified_name.rpartition(".")
+    return model.get_submodule(owner), name
 
 
 def _cached_solve(captured: Captured, budget: int, settings: Settings) -> Plan:
@@ -246,27 +267,23 @@ class CompiledStep:
         return compiled
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
-        captured = compiled.captured
-        named_parameters = dict(self.model.named_parameters(remove_duplicate=False))
-        named_buffers = dict(self.model.named_buffers(remove_duplicate=False))
-        parameters = [named_parameters[name] for name in captured.parameter_names]
-        buffers = [named_buffers[name] for name in captured.buffer_names]
+        parameters = [getattr(module, name) for module, name in compiled.parameter_slots]
+        buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
-
-        def accumulate(index: int, gradient: torch.Tensor) -> None:
-            _accumulate_gradient(parameters[index], gradient)
-
+        gradients = _GradientSink(parameters)
         timed = not measure or device.type == "cuda"
         _synchronize(device)
         started = time.perf_counter()
         if measure:
             with measure_peak(device, step_baseline(self.model, leaves)) as meter:
-                outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=accumulate)
+                outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
+                gradients.finish()
                 _write_buffers(buffers, outputs.buffer_updates)
             self._measured_peak[self._current] = meter.peak_bytes
         else:
-            outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=accumulate)
+            outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
+            gradients.finish()
             _write_buffers(buffers, outputs.buffer_updates)
         _synchronize(device)
         if timed:
@@ -319,25 +336,44 @@ class CompiledStep:
         return plan
 
 
-def _accumulate_gradient(parameter: torch.Tensor, gradient: torch.Tensor) -> None:
-    """Add a gradient as eager AccumulateGrad does: take it (in the parameter's layout) or add in place."""
-    if parameter.grad is None:
-        parameter.grad = _in_layout_of(parameter, gradient)
-    else:
-        parameter.grad.add_(gradient)
+class _GradientSink:
+    """Adds each gradient into `.grad` as eager AccumulateGrad does: in place when a `.grad` exists, else taken.
+
+    A taken gradient that fills its storage gets the parameter's layout (eager's layout contract) only in
+    `finish`, when the step is done: copying it while the activations are live would hold one more gradient
+    than the plan counts. One that is a piece of a larger storage is copied at once, to let that storage go.
+    """
+
+    def __init__(self, parameters: Sequence[torch.Tensor]) -> None:
+        self.parameters = parameters
+        self.taken: list[torch.Tensor] = []
+
+    def __call__(self, index: int, gradient: torch.Tensor) -> None:
+        parameter = self.parameters[index]
+        if parameter.grad is None and _fills_storage(gradient):
+            parameter.grad = gradient
+            self.taken.append(parameter)
+        elif parameter.grad is None:
+            parameter.grad = _in_layout_of(parameter, gradient)
+        else:
+            parameter.grad.add_(gradient)
+
+    def finish(self) -> None:
+        for parameter in self.taken:
+            assert parameter.grad is not None
+            parameter.grad = _in_layout_of(parameter, parameter.grad)
 
 
 def _in_layout_of(parameter: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """The gradient itself when it has the parameter's strides and owns its storage, else a copy that has them."""
-    exact = (
-        gradient.stride() == parameter.stride()
-        and gradient.storage_offset() == 0
-        and gradient.untyped_storage().nbytes() == gradient.numel() * gradient.element_size()
-    )
-    if exact:
+    if gradient.stride() == parameter.stride() and _fills_storage(gradient):
         return gradient
     copy = torch.empty_strided(parameter.shape, parameter.stride(), dtype=gradient.dtype, device=gradient.device)
     return copy.copy_(gradient)
+
+
+def _fills_storage(tensor: torch.Tensor) -> bool:
+    return tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
 
 
 def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tensor | None]) -> None:

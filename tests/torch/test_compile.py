@@ -43,6 +43,7 @@ def _assert_same_state(model: nn.Module, reference: nn.Module, context: str) -> 
         assert (got.grad is None) == (want.grad is None), f"{context}: {name}.grad presence differs"
         if want.grad is not None:
             assert torch.equal(got.grad, want.grad), f"{context}: {name}.grad differs"
+            assert got.grad.stride() == want.grad.stride(), f"{context}: {name}.grad has another layout"
     for (name, got), (_, want) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
         assert torch.equal(got, want), f"{context}: buffer {name} differs"
 

@@ -1,0 +1,152 @@
+"""GPU check: measured CUDA memory against the plan's peak, and step times against eager, on two models.
+
+    .venv/bin/python benchmarks/gpu_check.py                  # on a CUDA machine, a few minutes
+    .venv/bin/python benchmarks/gpu_check.py --device cpu --quick   # dry run of the same code path on CPU
+
+For a ResNet (BatchNorm, skip connections) and a GPT (attention, dropout), each compiled at 100 % and
+50 % of its no-recomputation peak with `optimal` and profiled costs, it prints one markdown row with:
+the plan's peak; the measured peak as the plan counts it (`torch.cuda.max_memory_allocated` over the
+step, minus what was allocated before it, plus parameters, gradients, buffers and batch); the raw
+`max_memory_allocated` of the step (also counting optimizer state and allocator rounding); eager's
+raw peak; the planned compute overhead and the median step times of compiled and eager. It also
+checks that the compiled gradients equal eager's (max absolute difference; CUDA kernels need not be
+bitwise deterministic). Without CUDA it says so and exits with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import checkmate
+from checkmate import zoo
+from checkmate.units import format_bytes
+
+MODELS: dict[str, Callable[[], Any]] = {
+    "ResNet": lambda: zoo.resnet(batch=64, image_size=32, width=32, blocks=(1, 1, 1)),
+    "GPT": lambda: zoo.gpt(batch=16, length=128, dim=256, heads=4, layers=2, vocab=1024),
+}
+QUICK_MODELS: dict[str, Callable[[], Any]] = {
+    "ResNet": lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)),
+    "GPT": lambda: zoo.gpt(batch=4, length=32, dim=32, heads=2, layers=2, vocab=64),
+}
+
+
+def synchronized_median(function: Callable[[], Any], device: torch.device, repeats: int) -> float:
+    """Median seconds of `function` after two warm-up calls, synchronizing the device around each call."""
+    for _ in range(2):
+        function()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        started = time.perf_counter()
+        function()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def raw_peak(function: Callable[[], Any], device: torch.device) -> int | None:
+    """`torch.cuda.max_memory_allocated` increase over one call (None off CUDA)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    function()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
+def gradient_difference(model: torch.nn.Module, reference: torch.nn.Module) -> float:
+    pairs = zip(model.parameters(), reference.parameters(), strict=True)
+    return max(((a.grad - b.grad).abs().max().item() for a, b in pairs if a.grad is not None), default=0.0)
+
+
+def check_model(name: str, factory: Callable[[], Any], device: torch.device, args: argparse.Namespace) -> list[str]:
+    model, loss_fn, batch = factory()
+    model = model.to(device).train()
+    batch = tuple(tensor.to(device) for tensor in batch)
+    reference = copy.deepcopy(model)
+
+    def eager_step() -> None:
+        loss_fn(reference, *batch).backward()
+
+    eager_raw = raw_peak(eager_step, device)
+    rows = []
+    for budget in (1.0, 0.5):
+        method = "checkpoint_all" if budget == 1.0 else "optimal"
+        options = {"time_limit": args.time_limit} if method == "optimal" else {}
+        started = time.perf_counter()
+        try:
+            step = checkmate.compile(
+                model, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, **options
+            )
+        except checkmate.InfeasibleBudget as error:
+            rows.append(f"| {name} | {budget:.0%} | infeasible: {error} |" + " |" * 8)
+            continue
+        planning = time.perf_counter() - started
+        for module in (model, reference):
+            module.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        step(*batch)
+        torch.manual_seed(0)
+        eager_step()
+        difference = gradient_difference(model, reference)
+        compiled_raw = raw_peak(functools.partial(step, *batch), device)
+        compiled_time = synchronized_median(functools.partial(step, *batch), device, args.repeats)
+        eager_time = synchronized_median(eager_step, device, args.repeats)
+        report = step.report()
+
+        def show(size: int | None) -> str:
+            return "n/a" if size is None else format_bytes(size)
+
+        rows.append(
+            f"| {name} | {budget:.0%} | {report.method} ({report.status}), {report.nodes} nodes, {planning:.0f} s | "
+            f"{show(report.planned_peak)} | {show(report.measured_peak)} | {show(compiled_raw)} | {show(eager_raw)} | "
+            f"{report.planned_overhead:+.1%} | {compiled_time * 1e3:.2f} / {eager_time * 1e3:.2f} "
+            f"({compiled_time / eager_time - 1:+.1%}) | {difference:.2g} |"
+        )
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true", help="small models (for a dry run)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; nothing to measure (run it on a machine with a GPU)")
+        sys.exit(0)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}, torch {torch.__version__}")
+    header = (
+        "| model | budget | plan | planned peak | measured peak (plan's terms) | raw max_memory_allocated "
+        "| eager raw peak | planned overhead | step ms compiled / eager | max grad diff |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    print(header, flush=True)
+    models = QUICK_MODELS if args.quick else MODELS
+    rows = [row for model_name, factory in models.items() for row in check_model(model_name, factory, device, args)]
+    print()
+    print(header)
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
