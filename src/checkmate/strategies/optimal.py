@@ -1,5 +1,9 @@
 """optimal: the paper's MILP (eq. 9) solved by HiGHS, SCIP or Gurobi, warm-started from the best baseline.
 
+The LP relaxation is solved first: when its bound already meets the best baseline's cost, that baseline is proven
+optimal without branching (this formulation's LP is tight on chains: the n = 128 chain at half memory is proven in
+the LP's 20 s where the MIP solvers spent 60 s without closing the root).
+
 A time-limited solve never returns worse than that warm start, and `status` is "optimal" only when the solver
 proved it (within `mip_gap`) on an exactly scaled model.
 """
@@ -81,19 +85,28 @@ def optimal(
         "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
     )
     fallback = best_baseline(graph, budget)
-    options = SolveOptions(time_limit=time_limit, mip_gap=mip_gap, threads=threads, verbose=verbose, seed=seed)
+    lp_bound = _lp_bound(graph, budget, problem, scale.exact, time_limit)
+    if fallback is not None and lp_bound is not None and fallback.cost - lp_bound <= mip_gap * fallback.cost + 1e-9:
+        log.info("the LP bound %.6g proves the baseline %s optimal", lp_bound, fallback.method)
+        return _final(graph, budget, fallback, proven=True, bound=lp_bound, started=started)
+    remaining = None if time_limit is None else max(1.0, time_limit - (time.perf_counter() - started))
+    options = SolveOptions(time_limit=remaining, mip_gap=mip_gap, threads=threads, verbose=verbose, seed=seed)
     solution = get_backend(choose_backend(backend)).solve(
         problem, options, _start(graph, problem, index, fallback) if warm_start else None
     )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:
         raise infeasible_budget(graph, budget, method=METHOD)
-    bound = solution.bound if scale.exact else _relaxed_bound(graph, budget)
+    bounds = [b for b in (lp_bound, solution.bound if scale.exact else None) if b is not None]
     plan = _best_plan(graph, budget, solution, index, fallback)
     if plan is None:
         raise _nothing_found(graph, budget, solution, time_limit)
     proven = (
         solution.status is SolveStatus.OPTIMAL and scale.exact and plan.cost <= (solution.objective or np.inf) + 1e-6
     )
+    return _final(graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started)
+
+
+def _final(graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float) -> Plan:
     final = make_plan(
         graph,
         plan.R,
@@ -106,6 +119,16 @@ def optimal(
     )
     assert final.peak_memory <= budget, "the MILP's plan must fit the budget it was solved for"
     return final
+
+
+def _lp_bound(graph: Graph, budget: int, problem: MilpProblem, exact: bool, time_limit: float | None) -> float | None:
+    """The LP bound, valid in bytes (None if the LP ran out of time); raises when the LP proves infeasibility."""
+    if not exact:
+        return _relaxed_bound(graph, budget, time_limit)
+    solution = get_backend("highs").solve(problem.relaxed(), SolveOptions(time_limit=time_limit))
+    if solution.status is SolveStatus.INFEASIBLE:
+        raise infeasible_budget(graph, budget, method=METHOD)
+    return solution.objective if solution.status is SolveStatus.OPTIMAL else None
 
 
 def _start(graph: Graph, problem: MilpProblem, index: VariableIndex, fallback: Plan | None) -> np.ndarray | None:
@@ -135,9 +158,9 @@ def _best_plan(
     return min(fitting, key=lambda plan: (plan.cost, plan is fallback)) if fitting else None
 
 
-def _relaxed_bound(graph: Graph, budget: int) -> float | None:
+def _relaxed_bound(graph: Graph, budget: int, time_limit: float | None) -> float | None:
     try:
-        return lower_bound(graph, budget)
+        return lower_bound(graph, budget, time_limit=time_limit)
     except InfeasibleBudget:
         return None
 
