@@ -109,12 +109,15 @@ def assign_groups(graph: torch.fx.Graph) -> list[list[str]]:
 
 
 def absorb_short_lived_outputs(graph: torch.fx.Graph, groups: list[list[str]], loss: str) -> list[list[str]]:
-    """Move into a multi-output op's node the one node that alone reads one of its outputs, where legal.
+    """Join a multi-output op's node with the one node that alone reads one of its outputs, where legal.
 
     A planning node keeps all its exported values together, so BatchNorm's big normalized output
     would otherwise live as long as its small saved statistics (read by the backward pass). When
-    one node alone reads such an output and reads nothing computed later, it is evaluated with the
-    op instead, and the output becomes internal. Both must be on the same side of the loss.
+    one node alone reads such an output, the two become one node and the output becomes internal:
+    the reader moves up to the op when it reads nothing computed after the op (BatchNorm -> ReLU),
+    else the op moves down to the reader when nothing in between reads the op (a ResNet block's
+    second BatchNorm, whose reader, the skip addition, also reads the shortcut computed after it).
+    Both must be on the same side of the loss.
     """
     owners = find_owners(graph)
     nodes = {node.name: node for node in graph.nodes}
@@ -122,13 +125,16 @@ def absorb_short_lived_outputs(graph: torch.fx.Graph, groups: list[list[str]], l
     group_of = {name: index for index, names in enumerate(groups) for name in names}
     merged: list[list[str] | None] = [list(names) for names in groups]
     for index in range(len(groups)):
-        while (target := _sole_reader(index, merged, group_of, nodes, owners, group_of[loss])) is not None:
-            members = merged[target]
-            assert members is not None
+        while (found := _sole_reader(index, merged, group_of, nodes, owners, group_of[loss])) is not None:
+            reader, move_reader_up = found
+            source, destination = (reader, index) if move_reader_up else (index, reader)
+            members = merged[source] or []
             for name in members:
-                group_of[name] = index
-            merged[index] = sorted([*(merged[index] or []), *members], key=order.__getitem__)
-            merged[target] = None
+                group_of[name] = destination
+            merged[destination] = sorted([*(merged[destination] or []), *members], key=order.__getitem__)
+            merged[source] = None
+            if not move_reader_up:
+                break
     return [names for names in merged if names is not None]
 
 
@@ -139,7 +145,8 @@ def _sole_reader(
     nodes: dict[str, torch.fx.Node],
     owners: StorageOwners,
     loss_group: int,
-) -> int | None:
+) -> tuple[int, bool] | None:
+    """A node that alone reads one output of node `index`, and whether it moves up (else `index` moves down)."""
     members = groups[index]
     if members is None:
         return None
@@ -152,17 +159,19 @@ def _sole_reader(
                         readers_of.setdefault(storage, set()).add(group_of[user.name])
     if len(readers_of) < 2:
         return None
+    first_reader = min(min(readers) for readers in readers_of.values())
     for _, readers in sorted(readers_of.items()):
-        if len(readers) != 1:
-            continue
         reader = next(iter(readers))
+        if len(readers) != 1 or reader < index or (reader > loss_group) != (index > loss_group):
+            continue
         reads = {
             group_of[argument.name]
             for name in groups[reader] or []
             for argument in nodes[name].all_input_nodes
             if argument.name in group_of
         }
-        same_side = (reader > loss_group) == (index > loss_group)
-        if reader > index and same_side and max(reads - {reader}, default=index) <= index:
-            return reader
+        if max(reads - {reader}, default=index) <= index:
+            return reader, True
+        if reader == first_reader:
+            return reader, False
     return None
