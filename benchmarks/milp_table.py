@@ -8,6 +8,7 @@ Usage: .venv/bin/python benchmarks/milp_table.py [--time-limit 30] [--chains 8 1
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from collections import defaultdict
@@ -30,6 +31,11 @@ def build_stats(graph: Graph, budget: int) -> tuple[int, int, int, float]:
     return problem.num_variables, problem.num_constraints, problem.num_nonzeros, time.perf_counter() - started
 
 
+@functools.cache
+def smallest_budget(graph: Graph) -> int | None:
+    return checkmate.minimum_budget(graph, time_limit=20).upper
+
+
 def ratio(graph: Graph, budget: int, method: str, optimum: float, time_limit: float) -> float | None:
     options = {"time_limit": time_limit} if method == "approx" else {}
     try:
@@ -40,7 +46,7 @@ def ratio(graph: Graph, budget: int, method: str, optimum: float, time_limit: fl
 
 def run_case(label: str, graph: Graph, fraction: float, time_limit: float, ratios: dict[str, list[float]]) -> None:
     peak = checkmate.solve(graph, None, method="checkpoint_all").peak_memory
-    minimum = checkmate.minimum_budget(graph, time_limit=20).upper or peak
+    minimum = smallest_budget(graph) or peak
     budget = max(int(fraction * peak), minimum)
     variables, rows, nonzeros, build = build_stats(graph, budget)
     plan = checkmate.solve(graph, budget, method="optimal", time_limit=time_limit)
@@ -66,6 +72,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0)
     parser.add_argument("--chains", type=int, nargs="*", default=[8, 16, 32, 64, 128])
     parser.add_argument("--random", type=int, nargs="*", default=[16, 32])
+    parser.add_argument("--fractions", type=float, nargs="*", default=list(FRACTIONS))
+    parser.add_argument("--skip-build", action="store_true")
     args = parser.parse_args()
     print(
         "| graph | T | budget (units) | vars | rows | nnz | build s | solve s | status | gap | optimal cost | "
@@ -77,7 +85,7 @@ def main() -> None:
     cases = [(f"chain n={n}", linear_graph(n)) for n in args.chains]
     cases += [(f"random {n} (seed {n})", random_training_graph(n, seed=n)) for n in args.random]
     for label, graph in cases:
-        for fraction in FRACTIONS:
+        for fraction in args.fractions:
             run_case(label, graph, fraction, args.time_limit, ratios)
     print("\ngeometric mean cost ratio to optimal (over the cases where the method fits):")
     for method in COLUMNS:
@@ -85,6 +93,8 @@ def main() -> None:
         if values:
             mean = math.exp(sum(math.log(v) for v in values) / len(values))
             print(f"  {method:20} {mean:.3f}  (max {max(values):.3f}, {len(values)} cases)")
+    if args.skip_build:
+        return
     for label, graph in (("chain n=500", linear_graph(500)), ("random 500", random_training_graph(500, seed=0))):
         variables, rows, nonzeros, build = build_stats(graph, graph.size)
         print(f"build {label}: T={graph.size}, {variables} vars, {rows} rows, {nonzeros} nonzeros, {build:.2f} s")
