@@ -48,21 +48,7 @@ def build_layout(
     nodes_by_name = {node.name: node for node in module.graph.nodes}
     group_of = {name: index for index, names in enumerate(groups) for name in names}
     order = {node.name: index for index, node in enumerate(module.graph.nodes)}
-    exports: list[set[str]] = [set() for _ in groups]
-    inputs: list[set[int]] = [set() for _ in groups]
-    for index, names in enumerate(groups):
-        for name in names:
-            for argument in nodes_by_name[name].all_input_nodes:
-                source = group_of.get(argument.name)
-                if source is None or source == index:
-                    continue
-                if source > index:
-                    raise CaptureError(
-                        f"internal: fx node {name!r} (planning node {index}) reads {argument.name!r} of the later "
-                        f"planning node {source}; please report this model"
-                    )
-                exports[source].add(argument.name)
-                inputs[index].add(source)
+    exports, inputs = _edges(groups, group_of, nodes_by_name)
     owners = find_owners(module.graph)
     excluded = _excluded_storages(module, owners.table, fixed_outputs)
     loss_group = group_of[loss]
@@ -86,6 +72,28 @@ def build_layout(
             index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
         ),
     )
+
+
+def _edges(
+    groups: Sequence[Sequence[str]], group_of: dict[str, int], nodes_by_name: dict[str, torch.fx.Node]
+) -> tuple[list[set[str]], list[set[int]]]:
+    """For each planning node, the fx values other nodes read from it, and the planning nodes it reads."""
+    exports: list[set[str]] = [set() for _ in groups]
+    inputs: list[set[int]] = [set() for _ in groups]
+    for index, names in enumerate(groups):
+        for name in names:
+            for argument in nodes_by_name[name].all_input_nodes:
+                source = group_of.get(argument.name)
+                if source is None or source == index:
+                    continue
+                if source > index:
+                    raise CaptureError(
+                        f"internal: fx node {name!r} (planning node {index}) reads {argument.name!r} of the later "
+                        f"planning node {source}; please report this model"
+                    )
+                exports[source].add(argument.name)
+                inputs[index].add(source)
+    return exports, inputs
 
 
 def is_random(node: torch.fx.Node) -> bool:
