@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -22,6 +23,14 @@ from checkmate.errors import CaptureError
 log = logging.getLogger(__name__)
 
 COST_MODELS = ("profile", "flops", "unit")
+
+# Ops PyTorch's counter has no entry for, mapped to an op whose formula reads the same leading arguments.
+_SAME_FORMULA: dict[Any, Any] = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+        torch.ops.aten._scaled_dot_product_flash_attention_backward
+    ),
+}
 
 
 def check_cost_model(cost_model: str) -> None:
@@ -42,11 +51,8 @@ def op_flops(node: torch.fx.Node, allocating: frozenset[str]) -> float:
     value = node.meta.get("val")
     elements = float(sum(tensor.numel() for tensor in tensors_of(value)))
     target = node.target
-    formula = (
-        flop_registry.get(getattr(target, "overloadpacket", None))
-        if isinstance(target, torch._ops.OpOverload)
-        else None
-    )
+    packet: Any = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else None
+    formula = flop_registry.get(_SAME_FORMULA.get(packet, packet))
     if formula is None:
         return elements
     args, kwargs = fx_values(node)
