@@ -131,20 +131,23 @@ def test_views_and_multi_output_ops_are_not_separate_nodes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "factory"),
+    ("name", "factory", "tolerance"),
     [
-        ("vgg", lambda: zoo.vgg(batch=16, image_size=32, width=8)),
-        ("resnet", lambda: zoo.resnet(batch=16, image_size=16, width=8, blocks=(1, 1))),
-        ("gpt", lambda: zoo.gpt(batch=8, length=64, dim=64, heads=4, layers=2, vocab=128)),
+        ("vgg", lambda: zoo.vgg(batch=16, image_size=32, width=8), 0.01),
+        # A BatchNorm node keeps its block's output alive with its saved statistics until the BN backward;
+        # eager frees the output earlier. At this size that window holds the peak (+4.9 %); at 32x32 it is 0.04 %.
+        ("resnet", lambda: zoo.resnet(batch=16, image_size=16, width=8, blocks=(1, 1)), 0.06),
+        # Eager CPU dropout keeps a float32 mask, the traced native_dropout a bool one: the graph is leaner.
+        ("gpt", lambda: zoo.gpt(batch=8, length=64, dim=64, heads=4, layers=2, vocab=128), 0.10),
     ],
 )
-def test_checkpoint_all_peak_matches_eager_live_bytes(name: str, factory: Any) -> None:
+def test_checkpoint_all_peak_matches_eager_live_bytes(name: str, factory: Any, tolerance: float) -> None:
     """Simulated peak vs eager live storages, both with gradients charged for the whole step."""
     model, loss_fn, batch = factory()
     captured = capture(model, loss_fn, batch, cost_model="unit")
     simulated = solve(captured.graph, None, method="checkpoint_all").peak_memory
     eager = measure_eager_step(model, loss_fn, batch)
-    assert simulated == pytest.approx(eager.peak_gradients_fixed, rel=0.10), (name, simulated, eager)
+    assert simulated == pytest.approx(eager.peak_gradients_fixed, rel=tolerance), (name, simulated, eager)
 
 
 def test_fixed_memory_counts_state_batch_gradients_and_optimizer() -> None:
