@@ -9,6 +9,9 @@ For a VGG-style CNN, a ResNet-18-style network and a small GPT it reports
   they appear ("eager") or for the whole step like the graph's fixed memory ("eager, grads fixed");
 * the sum of the profiled op costs against the median eager step time, both with one thread.
 
+* profile stability: two captures with separate empty caches, the sums of their node costs and the
+  time-weighted mean relative difference of the per-node costs.
+
 Then it captures full-size VGG16 at batch 256, 224x224, in a subprocess, and reports time and RSS.
 
     .venv/bin/python benchmarks/capture_models.py
@@ -88,6 +91,20 @@ def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> dict
     }
 
 
+def profile_stability(factory: Callable[[], Any]) -> tuple[float, float, float]:
+    """Two fresh profiles of the same model: (sum 1, sum 2, time-weighted mean relative difference per node)."""
+    model, loss_fn, batch = factory()
+    runs = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["CHECKMATE_CACHE_DIR"] = cache
+            runs.append([node.cost for node in capture(model, loss_fn, batch, cost_model="profile").graph.nodes])
+    first, second = runs
+    weights = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
+    difference = sum(abs(a - b) for a, b in zip(first, second, strict=True)) / sum(weights)
+    return sum(first), sum(second), difference
+
+
 def print_table(rows: list[dict[str, Any]], max_nodes: int) -> None:
     print(
         f"| model | fx ops | nodes | nodes (max_nodes={max_nodes}) | capture, empty cache / cached | "
@@ -126,6 +143,10 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     rows = [measure_model(name, factory, arguments.max_nodes) for name, factory in MODELS.items()]
     print_table(rows, arguments.max_nodes)
+    print("\n| model | profile 1 | profile 2 | time-weighted mean per-node difference |\n|---|---|---|---|")
+    for name, factory in MODELS.items():
+        first, second, difference = profile_stability(factory)
+        print(f"| {name} | {first * 1e3:.1f} ms | {second * 1e3:.1f} ms | {difference:.1%} |")
     if not arguments.skip_vgg16:
         print()
         print(vgg16_row())
