@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,11 +122,3 @@ def _first_tensor_input(node: torch.fx.Node, slots: dict[str, tuple[StorageKey |
         if keys and keys[0] is not None:
             return keys[0]
     return None
-
-
-def union_bytes(storages: Iterable[dict[StorageKey, int]]) -> int:
-    """Bytes of the union of several storage maps, each storage counted once."""
-    union: dict[StorageKey, int] = {}
-    for mapping in storages:
-        union.update(mapping)
-    return sum(union.values())
