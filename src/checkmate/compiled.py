@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 LossFunction = Callable[..., torch.Tensor]
 BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
 MEASURE_CHOICES = ("first", "every", "never")
+DEFAULT_TIME_LIMIT = 120.0
+TIMED_METHODS = ("optimal", "approx")
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,9 @@ def compile(
         replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
         measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
             "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
-        **solve_options: options of the method, such as `time_limit=60`.
+        **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
+            time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
+            the best found, and `step.plan.status` says whether it was proven optimal.
 
     Returns:
         A CompiledStep; call it with a batch.
@@ -119,6 +123,8 @@ def compile(
     """
     if measure_memory not in MEASURE_CHOICES:
         raise ValueError(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
+    if method in TIMED_METHODS:
+        solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
     settings = Settings(
         budget=budget,
         method=method,
