@@ -54,8 +54,19 @@ def device_key(device: torch.device) -> str:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
-        name = f"{device.type}-{platform.machine()}-{platform.processor() or 'unknown'}-1thread"
+        name = f"{device.type}-{platform.machine()}-{_cpu_model()}-1thread"
     return "".join(character if character.isalnum() else "_" for character in f"{name}-torch{torch.__version__}")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), so timings are not shared across CPU models."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def op_signature(node: torch.fx.Node, args: Any, kwargs: Any) -> str:
