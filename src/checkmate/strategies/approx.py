@@ -1,7 +1,9 @@
 """approx: the paper's two-phase LP rounding (section 5, Algorithm 2), with a search over the budget allowance ε.
 
 For each ε the LP relaxation is solved at (1 - ε) of the activation budget; only S is rounded (a deterministic
-threshold sweep and seeded randomized rounding, S ~ Bernoulli(S*)); R is the cheapest for that S (App. B.1);
+threshold sweep, seeded randomized rounding S ~ Bernoulli(S*), and seeded rounding with one uniform threshold per
+node, which keeps a node's checkpoints consistent across stages: on unit chains it roughly halves the excess cost of
+independent rounding); R is the cheapest for that S (App. B.1);
 the cheapest plan within the full budget is kept. The paper fixes ε = 0.1 and names a search over ε as future work.
 """
 
@@ -50,7 +52,7 @@ def approx(
         budget: bytes, fixed memory included; None means no limit (then checkpoint_all is optimal).
         epsilons: budget allowances to try: the LP is solved at (1 - ε) of the activation budget.
         thresholds: deterministic rounding thresholds: S = [S* >= threshold].
-        samples: randomized roundings per ε (seeded by `seed`).
+        samples: randomized roundings of each kind per ε (seeded by `seed`).
         time_limit: seconds for each LP.
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
 
@@ -116,4 +118,6 @@ def _roundings(
     for threshold in thresholds:
         yield S_fractional >= threshold - 1e-9
     for _ in range(samples):
-        yield rng.random(S_fractional.shape) < S_fractional
+        yield rng.random(S_fractional.shape) < S_fractional  # Appendix D: S ~ Bernoulli(S*)
+    for _ in range(samples):
+        yield S_fractional >= rng.random(graph.size)[None, :]  # one threshold per node: its checkpoints stay in step
