@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
+import os
+import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +34,8 @@ class HighsBackend:
             raise SolverUnavailable("highspy is not installed: pip install highspy (or choose backend='scip')")
         import highspy
 
-        highs = highspy.Highs()
+        with _stdout_silenced(not options.verbose):
+            highs = highspy.Highs()
         _apply_options(highs, options)
         highs.passModel(to_highs_lp(problem))
         is_mip = bool(problem.integer.any())
@@ -40,6 +45,23 @@ class HighsBackend:
         highs.run()
         elapsed = time.perf_counter() - started
         return _read_result(highspy, highs, is_mip, elapsed)
+
+
+@contextlib.contextmanager
+def _stdout_silenced(silence: bool) -> Iterator[None]:
+    """HiGHS prints its banner from C on construction, before any option can turn output off: hide file 1 then."""
+    if not silence:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _apply_options(highs: Any, options: SolveOptions) -> None:
