@@ -2,7 +2,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: test demo lint typecheck unit benchmark clean
+.PHONY: test demo clean
 
 $(BIN)/checkmate: pyproject.toml constraints-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,6 @@ test: $(BIN)/checkmate
 
 demo: $(BIN)/checkmate
 	$(BIN)/python -m checkmate.demo
-
-benchmark: $(BIN)/checkmate
-	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
