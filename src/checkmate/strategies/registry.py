@@ -68,6 +68,6 @@ def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str
     known = option_names(name)
     unknown = sorted(set(options) - set(known)) if known is not None else []
     if unknown:
-        takes = ", ".join(known) if known else "no options"
-        raise ValueError(f"method {name!r} does not take the option(s) {unknown}; it takes: {takes}")
+        takes = ", ".join(known) if known else "none"
+        raise ValueError(f"method {name!r} takes no option {unknown[0]!r}; the options it takes: {takes}")
     return get_strategy(name).function(graph, budget, **options)
