@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
-from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
+from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution, moment_usage
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.milp.scaling import memory_scale, relaxed_scale
 from checkmate.units import format_bytes
@@ -38,8 +38,11 @@ class BudgetRange:
 
 
 def activation_floor(graph: Graph) -> int:
-    """Fixed memory plus the largest node together with its inputs: no schedule peaks lower (instant)."""
-    working_sets = [graph.memory[k] + sum(graph.memory[i] for i in graph.predecessors[k]) for k in range(graph.size)]
+    """Fixed memory plus the largest node together with its inputs and workspace: no schedule peaks lower (instant)."""
+    working_sets = [
+        graph.memory[k] + graph.workspace[k] + sum(graph.memory[i] for i in graph.predecessors[k])
+        for k in range(graph.size)
+    ]
     return graph.fixed_memory + int(max(working_sets, default=0))
 
 
@@ -91,7 +94,7 @@ def minimum_budget(
     start = None
     if start_plan is not None:
         x = encode_solution(graph, index, start_plan.R, start_plan.S)
-        start = np.append(x, x[index.U_col[index.U_col >= 0]].max())
+        start = np.append(x, (moment_usage(index) @ x).max())
     options = SolveOptions(time_limit=time_limit, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
     upper = None if start_plan is None else start_plan.peak_memory
@@ -106,23 +109,16 @@ def minimum_budget(
 
 
 def _min_peak_problem(problem: MilpProblem, index: VariableIndex) -> MilpProblem:
-    """Append a peak variable P >= U[t, k] for every (t, k) and minimise P instead of the cost."""
-    U_cols = index.U_col[index.U_col >= 0]
+    """Append a peak variable P >= U[t, k] + W_k R[t, k] (every moment's usage) and minimise P, not the cost."""
+    usage = moment_usage(index)
     n = problem.num_variables
-    rows = np.arange(U_cols.size)
-    peak_rows = sp.csc_array(
-        (
-            np.concatenate([np.ones(rows.size), -np.ones(rows.size)]),
-            (np.tile(rows, 2), np.concatenate([U_cols, np.full(rows.size, n)])),
-        ),
-        shape=(rows.size, n + 1),
-    )
+    peak_rows = sp.hstack([usage, sp.csc_array(-np.ones((usage.shape[0], 1)))])
     widened = sp.hstack([problem.A, sp.csc_array((problem.num_constraints, 1))])
     return MilpProblem(
         c=np.append(np.zeros(n), 1.0),
         A=sp.csc_array(sp.vstack([widened, peak_rows])),
-        row_lower=np.concatenate([problem.row_lower, np.full(rows.size, -np.inf)]),
-        row_upper=np.concatenate([problem.row_upper, np.zeros(rows.size)]),
+        row_lower=np.concatenate([problem.row_lower, np.full(usage.shape[0], -np.inf)]),
+        row_upper=np.concatenate([problem.row_upper, np.zeros(usage.shape[0])]),
         col_lower=np.append(problem.col_lower, 0.0),
         col_upper=np.append(problem.col_upper, np.inf),
         integer=np.append(problem.integer, False),

@@ -27,6 +27,8 @@ class Node:
         memory: bytes of the op's output (int >= 0).
         backward: True for ops of the backward pass (and the loss gradient seed).
         inputs: indices of the nodes whose outputs this op reads; all smaller than its own index.
+        workspace: bytes the op holds only while it runs, beyond its inputs and output (int >= 0): temporaries
+            of an op that stands for several framework ops. They count in the peak at the moment it runs.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Node:
     memory: int
     backward: bool = False
     inputs: tuple[int, ...] = ()
+    workspace: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ class Graph:
         return np.array([node.memory for node in self.nodes], dtype=np.int64)
 
     @cached_property
+    def workspace(self) -> np.ndarray:
+        """int64[n]: transient bytes of each node while it runs."""
+        return np.array([node.workspace for node in self.nodes], dtype=np.int64)
+
+    @cached_property
     def is_backward(self) -> np.ndarray:
         """bool[n]: which nodes belong to the backward pass."""
         return np.array([node.backward for node in self.nodes], dtype=bool)
@@ -95,22 +103,12 @@ class Graph:
         return tuple(tuple(u) for u in users)
 
     def to_json(self) -> str:
-        """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`."""
+        """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
+
+        A node's "workspace" field is written only when it is nonzero, so graphs without it keep the plain shape.
+        """
         return json.dumps(
-            {
-                "nodes": [
-                    {
-                        "name": node.name,
-                        "cost": node.cost,
-                        "memory": node.memory,
-                        "backward": node.backward,
-                        "inputs": list(node.inputs),
-                    }
-                    for node in self.nodes
-                ],
-                "fixed_memory": self.fixed_memory,
-            },
-            indent=1,
+            {"nodes": [_node_to_dict(node) for node in self.nodes], "fixed_memory": self.fixed_memory}, indent=1
         )
 
     @classmethod
@@ -129,6 +127,24 @@ class Graph:
         return cls(tuple(nodes), fixed_memory=fixed)
 
 
+def _node_to_dict(node: Node) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": node.name,
+        "cost": node.cost,
+        "memory": node.memory,
+        "backward": node.backward,
+        "inputs": list(node.inputs),
+    }
+    if node.workspace:
+        entry["workspace"] = node.workspace
+    return entry
+
+
+def _whole_bytes(value: Any) -> Any:
+    """JSON writers may turn integers into floats such as 1024.0; take those back as integers."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _node_from_dict(index: int, entry: Any) -> Node:
     if not isinstance(entry, dict):
         raise InvalidGraph(f"node {index} must be a JSON object, got {type(entry).__name__}")
@@ -138,15 +154,13 @@ def _node_from_dict(index: int, entry: Any) -> Node:
     inputs = entry.get("inputs", [])
     if not isinstance(inputs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
         raise InvalidGraph(f"node {index} ({entry['name']!r}): inputs must be a list of node indices")
-    memory = entry["memory"]
-    if isinstance(memory, float) and memory.is_integer():
-        memory = int(memory)
     return Node(
         name=str(entry["name"]),
         cost=entry["cost"],
-        memory=memory,
+        memory=_whole_bytes(entry["memory"]),
         backward=bool(entry.get("backward", False)),
         inputs=tuple(inputs),
+        workspace=_whole_bytes(entry.get("workspace", 0)),
     )
 
 
@@ -168,8 +182,10 @@ def _validate(graph: Graph) -> None:
             or node.cost < 0
         ):
             raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
-        if isinstance(node.memory, bool) or not isinstance(node.memory, (int, np.integer)) or node.memory < 0:
-            raise InvalidGraph(f"{label}: memory must be an integer number of bytes >= 0, got {node.memory!r}")
+        for field in ("memory", "workspace"):
+            value = getattr(node, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InvalidGraph(f"{label}: {field} must be an integer number of bytes >= 0, got {value!r}")
         for source in node.inputs:
             if source == index:
                 raise InvalidGraph(f"{label} reads itself: the graph has a cycle")

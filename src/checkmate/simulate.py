@@ -5,7 +5,7 @@ is freed when k is the last consumer of i computed in stage t and i is not held 
 (the paper's FREE[t, i, k], eq. 5, with FREE[t, k, k] eliminated as in its section 4.8). What is
 still live when a stage ends and is not in S[t + 1] is dropped at the stage boundary. The peak is
 the largest live total just after a node is computed, before its dead inputs are freed (U[t, k]),
-plus the graph's fixed memory.
+plus the node's workspace (bytes it holds only while it runs) and the graph's fixed memory.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class Schedule:
         steps: the compute and free steps in order.
         cost: total compute cost.
         peak_memory: the largest of `usage`.
-        usage: bytes in use (fixed memory included) just after each Compute step, in step order: the paper's U[t, k].
+        usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory
+            and the computed node's workspace.
     """
 
     steps: tuple[Step, ...]
@@ -107,6 +108,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
     S = S.astype(bool)
     T = graph.size
     memory = graph.memory
+    workspace = graph.workspace
     preds = graph.predecessors
     steps: list[Step] = []
     live = S[0].astype(np.int64)
@@ -120,7 +122,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
-            usage.append(current + graph.fixed_memory)
+            usage.append(current + graph.fixed_memory + int(workspace[k]))
             for i in preds[k]:
                 if last_consumer[i] == k and not held_next[i]:
                     steps.append(Free(i, t))
@@ -146,7 +148,8 @@ def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.nda
 def simulate(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
     """Return (cost, peak_memory) of the plan (R, S); raise InvalidSchedule if it breaks a constraint.
 
-    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory.
+    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory
+    and the workspace of the node running at the peak.
     """
     schedule = lower(graph, R, S)
     return schedule.cost, schedule.peak_memory

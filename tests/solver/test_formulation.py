@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracles import with_workspace
 
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph, Node
-from checkmate.milp.formulation import decode, encode, encode_solution
+from checkmate.milp.formulation import decode, encode, encode_solution, moment_usage
 from checkmate.milp.scaling import memory_scale, relaxed_scale
 from checkmate.plan import cheapest_r
-from checkmate.simulate import simulate
+from checkmate.simulate import lower, simulate
 
 GRAPHS = [
     linear_graph(5),
     random_training_graph(6, seed=3),
     training_graph([[], [0], [0, 1], [1, 2]], memory=[3, 1, 4, 2], fixed_memory=7),
+    with_workspace(random_training_graph(6, seed=5), seed=5),
 ]
 
 
@@ -28,7 +30,7 @@ def _random_plans(graph: Graph, count: int, seed: int) -> list[tuple[np.ndarray,
     return plans
 
 
-@pytest.mark.parametrize("graph", GRAPHS, ids=["chain", "random", "skip"])
+@pytest.mark.parametrize("graph", GRAPHS, ids=["chain", "random", "skip", "workspace"])
 def test_valid_plans_are_feasible_points_with_the_simulated_cost_and_peak(graph: Graph) -> None:
     scale = memory_scale(graph)
     assert scale.exact and scale.unit == 1
@@ -44,6 +46,19 @@ def test_valid_plans_are_feasible_points_with_the_simulated_cost_and_peak(graph:
         assert problem.c @ x == pytest.approx(cost)
         tighter, _ = encode(graph, scale.budget_units(peak - 1, graph.fixed_memory), scale)
         assert tighter.max_violation(x) >= 1.0 - 1e-9
+
+
+@pytest.mark.parametrize("graph", GRAPHS, ids=["chain", "random", "skip", "workspace"])
+def test_moment_usage_is_the_simulated_usage_at_every_compute(graph: Graph) -> None:
+    """The rows minimum_budget bounds its peak variable with: workspace included, the largest is the simulated peak."""
+    scale = memory_scale(graph)
+    _, index = encode(graph, np.inf, scale)
+    for R, S in _random_plans(graph, 8, seed=graph.size + 1):
+        R, S = decode(encode_solution(graph, index, R, S), index)
+        usage = moment_usage(index) @ encode_solution(graph, index, R, S)
+        simulated = np.array(lower(graph, R, S).usage) - graph.fixed_memory
+        assert usage[index.U_col[R] - index.U_col[0, 0]].tolist() == pytest.approx(simulated.tolist())
+        assert usage.max() == pytest.approx(simulated.max())
 
 
 def test_no_variable_is_fixed_to_zero_and_sizes_are_triangular() -> None:

@@ -8,6 +8,7 @@ import pytest
 from exhaustive import cheapest_at, cost_peak_frontier
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracles import with_workspace
 
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph, training_graph
@@ -20,6 +21,9 @@ SMALL = {
     "chain2": linear_graph(2),
     "random2": random_training_graph(2, seed=4, max_memory=5),
     "skip3": training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4),
+    "workspace3": with_workspace(
+        training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4), seed=5
+    ),
 }
 BACKENDS = [name for name in ("highs", "scip") if name in available_backends()]
 

@@ -21,6 +21,16 @@ def test_json_round_trip_keeps_every_field() -> None:
     assert set(first) == {"name", "cost", "memory", "backward", "inputs"}
 
 
+def test_json_round_trip_keeps_a_workspace_and_writes_it_only_when_nonzero() -> None:
+    graph = Graph((Node("a", 1.0, 8), Node("b", 2.0, 4, inputs=(0,), workspace=16)))
+    again = Graph.from_json(graph.to_json())
+    assert again == graph and again.workspace.tolist() == [0, 16]
+    assert [set(entry) for entry in json.loads(graph.to_json())["nodes"]] == [
+        {"name", "cost", "memory", "backward", "inputs"},
+        {"name", "cost", "memory", "backward", "inputs", "workspace"},
+    ]
+
+
 def test_from_json_reads_the_documented_shape() -> None:
     text = '{"nodes": [{"name": "conv1", "cost": 1.5, "memory": 4096, "backward": false, "inputs": []},'
     text += ' {"name": "grad", "cost": 3, "memory": 8, "backward": true, "inputs": [0]}], "fixed_memory": 10}'
@@ -36,6 +46,8 @@ def test_from_json_reads_the_documented_shape() -> None:
         ([Node("a", 1, 1, inputs=(0,))], "cycle"),
         ([Node("a", 1, 1, inputs=(1,)), Node("b", 1, 1)], "comes later"),
         ([Node("a", 1, -4)], "memory must be"),
+        ([Node("a", 1, 4, workspace=-1)], "workspace must be"),
+        ([Node("a", 1, 4, workspace=2.5)], "workspace must be"),  # type: ignore[arg-type]
         ([Node("a", -1.0, 4)], "cost must be"),
         ([Node("a", float("nan"), 4)], "cost must be"),
         ([Node("a", 1, 1), Node("a", 1, 1)], "used twice"),

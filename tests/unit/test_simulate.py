@@ -1,15 +1,18 @@
+import dataclasses
+
 import numpy as np
 import pytest
-from oracles import paper_cost_and_peak, random_valid_s, replay_peak
+from oracles import paper_cost_and_peak, random_valid_s, replay_peak, with_workspace
 
-from checkmate import InvalidSchedule, cheapest_r, check_plan, lower, simulate
+from checkmate import Graph, InvalidSchedule, cheapest_r, check_plan, lower, simulate
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
 
 GRAPHS = [linear_graph(1), linear_graph(4), linear_graph(9)] + [random_training_graph(n, seed=n) for n in (3, 6, 11)]
+GRAPHS += [with_workspace(graph, seed=index) for index, graph in enumerate(GRAPHS[2:])]
 
 
-@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: f"T{g.size}")
+@pytest.mark.parametrize("graph", GRAPHS, ids=lambda g: f"T{g.size}{'-workspace' if g.workspace.any() else ''}")
 def test_simulator_matches_the_paper_equations_and_the_replayed_steps(graph) -> None:
     rng = np.random.default_rng(graph.size)
     for density in (0.0, 0.2, 0.5, 0.9):
@@ -45,6 +48,18 @@ def test_fixed_memory_is_added_to_the_peak() -> None:
     S = checkpoint_all_s(graph)
     R = cheapest_r(graph, S)
     assert simulate(heavier, R, S)[1] == simulate(graph, R, S)[1] + 1000
+
+
+def test_workspace_counts_only_while_its_node_runs() -> None:
+    chain = linear_graph(3)
+    S = checkpoint_all_s(chain)
+    R = cheapest_r(chain, S)
+    base = lower(chain, R, S)
+    loaded = Graph((chain.nodes[0], dataclasses.replace(chain.nodes[1], workspace=100), *chain.nodes[2:]))
+    schedule = lower(loaded, R, S)
+    computes = [step.node for step in base.steps if type(step).__name__ == "Compute"]
+    assert [u - b for u, b in zip(schedule.usage, base.usage, strict=True)] == [100 * (node == 1) for node in computes]
+    assert schedule.peak_memory == max(base.usage[computes.index(1)] + 100, base.peak_memory)
 
 
 def _valid_plan(n: int = 3) -> tuple:

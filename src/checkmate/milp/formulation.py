@@ -6,6 +6,8 @@ Variables (only those that can be nonzero are created):
     For i < t, R[t, i] and S[t, i] exist only when some descendant of i is t or later: otherwise nothing computed
         from i in stage t can reach node t or a checkpoint that is ever used, so an optimal plan can drop it.
     U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units.
+        A node k with workspace W_k (bytes it holds only while it runs) adds the row U[t, k] + W_k R[t, k] <= budget
+        for each R[t, k]: the moment node k runs holds U[t, k] plus its workspace (not part of the paper).
     FREE[t, (i, k)] per edge (i, k) with k < t (FREE[t, k, k] eliminated, section 4.8; FREE at k = t frees memory
         after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
         not a user of i (that user would be a hazard fixed to 1).
@@ -46,6 +48,10 @@ class VariableIndex:
     later_user: np.ndarray
     scale: MemoryScale
     budget_units: float
+
+    @property
+    def num_variables(self) -> int:
+        return int(self.free_col[-1]) + 1 if self.free_col.size else int(self.U_col.max()) + 1
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,42 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
+def _running_with_workspace(index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
+    """(stage, node) of every R[t, k] whose node has a workspace, in U order."""
+    stage, node = np.nonzero((index.U_col >= 0) & (index.R_col >= 0) & (index.scale.workspace > 0)[None, :])
+    return stage, node
+
+
+def moment_usage(index: VariableIndex) -> sp.csr_array:
+    """One row per U[t, k], in column order: the units in use while node k runs in stage t, U[t, k] + W_k R[t, k]."""
+    stage, node = _running_with_workspace(index)
+    moment = index.U_col - index.U_col[0, 0]
+    U_cols = index.U_col[index.U_col >= 0]
+    return sp.csr_array(
+        (
+            np.concatenate([np.ones(U_cols.size), index.scale.workspace[node].astype(np.float64)]),
+            (
+                np.concatenate([U_cols - index.U_col[0, 0], moment[stage, node]]),
+                np.concatenate([U_cols, index.R_col[stage, node]]),
+            ),
+        ),
+        shape=(U_cols.size, index.num_variables),
+    )
+
+
+def _workspace_rows(index: VariableIndex) -> _RowBlock:
+    """U[t, k] + W_k R[t, k] <= budget where node k has a workspace (U's upper bound covers the other moments)."""
+    stage, node = _running_with_workspace(index)
+    row = np.arange(stage.size)
+    return _RowBlock(
+        rows=np.concatenate([row, row]),
+        cols=np.concatenate([index.U_col[stage, node], index.R_col[stage, node]]),
+        values=np.concatenate([np.ones(row.size), index.scale.workspace[node].astype(np.float64)]),
+        lower=np.full(row.size, -np.inf),
+        upper=np.full(row.size, index.budget_units),
+    )
+
+
 def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     """Eq. 5 linearised per factor: FREE <= R[t,k]; FREE + S[t+1,i] <= 1; FREE + R[t,j] <= 1 for later users j."""
     edges = graph.edges
@@ -257,12 +299,13 @@ def encode(graph: Graph, budget_units: float, scale: MemoryScale) -> tuple[MilpP
         scale: how bytes map to units (see checkmate.milp.scaling).
     """
     index = build_index(graph, scale, budget_units)
-    num_vars = int(index.free_col[-1]) + 1 if index.free_col.size else int(index.U_col.max()) + 1
+    num_vars = index.num_variables
     blocks = [
         _dependency_rows(graph, index.R_col, index.S_col),
         _persistence_rows(index.R_col, index.S_col),
         _memory_rows(graph, index),
         _free_rows(graph, index),
+        _workspace_rows(index),
     ]
     offsets = np.cumsum([0] + [block.lower.size for block in blocks])
     rows = np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets, strict=False)])
@@ -339,7 +382,7 @@ def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.nda
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
     U = (S @ sizes)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
-    x = np.zeros(int(index.free_col[-1]) + 1 if index.free_col.size else int(index.U_col.max()) + 1)
+    x = np.zeros(index.num_variables)
     x[index.R_col[R]] = 1.0
     x[index.S_col[S]] = 1.0
     x[index.U_col[index.U_col >= 0]] = U[index.U_col >= 0]

@@ -1,9 +1,9 @@
 """Memory in solver units: sizes rounded up and the budget rounded down, so a plan that fits in units fits in bytes.
 
 Raw byte counts (4 B ... 4 MB in one row) stall the LP. The unit is the greatest common divisor of the node
-sizes when that keeps the largest size within `resolution` units (then the scaling is exact); otherwise it is
-ceil(max size / resolution) and every size is rounded up to whole units (then the MILP optimises a slightly
-tighter problem, and its proven bound no longer bounds the byte problem: `exact` is False).
+sizes and workspaces when that keeps the largest within `resolution` units (then the scaling is exact);
+otherwise it is ceil(largest / resolution) and every size is rounded up to whole units (then the MILP optimises
+a slightly tighter problem, and its proven bound no longer bounds the byte problem: `exact` is False).
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ class MemoryScale:
     Attributes:
         unit: bytes per unit.
         sizes: int64[T], each node's size in units, rounded up.
-        exact: True when every size is a whole number of units (no rounding happened).
+        exact: True when every size and workspace is a whole number of units (no rounding happened).
+        workspace: int64[T], each node's workspace in units, rounded up like the sizes.
     """
 
     unit: int
     sizes: np.ndarray
     exact: bool
+    workspace: np.ndarray
 
     def budget_units(self, budget: int, fixed_memory: int) -> int:
         """The activation budget in units, rounded down: sum(sizes) <= this implies bytes <= budget - fixed."""
@@ -43,19 +45,25 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    memory = graph.memory
-    positive = memory[memory > 0]
+    amounts = np.concatenate([graph.memory, graph.workspace])
+    positive = amounts[amounts > 0]
     if positive.size == 0:
-        return MemoryScale(unit=1, sizes=memory.copy(), exact=True)
+        return MemoryScale(unit=1, sizes=graph.memory.copy(), exact=True, workspace=graph.workspace.copy())
     divisor = math.gcd(*(int(size) for size in np.unique(positive)))
     largest = int(positive.max())
     unit = divisor if largest // divisor <= resolution else math.ceil(largest / resolution)
-    sizes = -(-memory // unit)
-    return MemoryScale(unit=unit, sizes=sizes.astype(np.int64), exact=bool(np.all(memory % unit == 0)))
+    return MemoryScale(
+        unit=unit,
+        sizes=(-(-graph.memory // unit)).astype(np.int64),
+        exact=bool(np.all(amounts % unit == 0)),
+        workspace=(-(-graph.workspace // unit)).astype(np.int64),
+    )
 
 
 def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
     """Sizes rounded down instead of up: a relaxation whose proven bounds are valid for the byte problem."""
     if scale.exact:
         return scale
-    return MemoryScale(unit=scale.unit, sizes=graph.memory // scale.unit, exact=False)
+    return MemoryScale(
+        unit=scale.unit, sizes=graph.memory // scale.unit, exact=False, workspace=graph.workspace // scale.unit
+    )
