@@ -10,10 +10,12 @@ Contract (capture produces it, the executor relies on it):
   those fx nodes; their arguments are placeholders, fx values of the same member list, or fx values
   listed in `exports[j]` of an earlier graph node j that the plan keeps live (j is in graph.nodes[i].inputs).
 * `exports[i]` are the fx values of node i that other graph nodes read. Node i's memory is their bytes
-  (storage counted once, views free). Values of node i that are not exported die when node i is done.
+  (storage counted once, views free). A value of node i that is not exported dies after its last reader
+  among node i's members; graph.nodes[i].workspace is how far such values raise node i's live bytes above
+  its memory while it runs.
 * `loss`, `gradients` and `buffer_updates` name fx values that leave the step. They are taken when
-  their graph node is computed for the first time (stage i of node i). Parameter gradients and buffer
-  updates are counted in graph.fixed_memory, never as node memory.
+  their graph node is computed for the first time (stage i of node i). The loss, parameter gradients and
+  buffer updates are counted in graph.fixed_memory, never as node memory.
 * `random_nodes` are the graph nodes whose members draw random numbers: a recomputation must replay
   the random stream of the first computation.
 """

@@ -29,6 +29,9 @@ class Node:
         inputs: indices of the nodes whose outputs this op reads; all smaller than its own index.
         workspace: bytes the op holds only while it runs, beyond its inputs and output (int >= 0): temporaries
             of an op that stands for several framework ops. They count in the peak at the moment it runs.
+        recompute_workspace: the same when the op is recomputed (a stage after its own); None means `workspace`.
+            They differ when the op makes values that leave the step, such as a parameter gradient: the first
+            run's copy is counted in the fixed memory, a recomputation's copy is a temporary.
     """
 
     name: str
@@ -37,6 +40,7 @@ class Node:
     backward: bool = False
     inputs: tuple[int, ...] = ()
     workspace: int = 0
+    recompute_workspace: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,14 @@ class Graph:
         return np.array([node.workspace for node in self.nodes], dtype=np.int64)
 
     @cached_property
+    def recompute_workspace(self) -> np.ndarray:
+        """int64[n]: transient bytes of each node while it is recomputed."""
+        return np.array(
+            [node.workspace if node.recompute_workspace is None else node.recompute_workspace for node in self.nodes],
+            dtype=np.int64,
+        )
+
+    @cached_property
     def is_backward(self) -> np.ndarray:
         """bool[n]: which nodes belong to the backward pass."""
         return np.array([node.backward for node in self.nodes], dtype=bool)
@@ -105,7 +117,8 @@ class Graph:
     def to_json(self) -> str:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
-        A node's "workspace" field is written only when it is nonzero, so graphs without it keep the plain shape.
+        A node's "workspace" is written only when nonzero and "recompute_workspace" only when set, so graphs
+        without them keep the plain shape.
         """
         return json.dumps(
             {"nodes": [_node_to_dict(node) for node in self.nodes], "fixed_memory": self.fixed_memory}, indent=1
@@ -137,6 +150,8 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
     }
     if node.workspace:
         entry["workspace"] = node.workspace
+    if node.recompute_workspace is not None:
+        entry["recompute_workspace"] = node.recompute_workspace
     return entry
 
 
@@ -161,6 +176,7 @@ def _node_from_dict(index: int, entry: Any) -> Node:
         backward=bool(entry.get("backward", False)),
         inputs=tuple(inputs),
         workspace=_whole_bytes(entry.get("workspace", 0)),
+        recompute_workspace=_whole_bytes(entry.get("recompute_workspace")),
     )
 
 
@@ -182,8 +198,10 @@ def _validate(graph: Graph) -> None:
             or node.cost < 0
         ):
             raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
-        for field in ("memory", "workspace"):
+        for field in ("memory", "workspace", "recompute_workspace"):
             value = getattr(node, field)
+            if value is None and field == "recompute_workspace":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise InvalidGraph(f"{label}: {field} must be an integer number of bytes >= 0, got {value!r}")
         for source in node.inputs:

@@ -5,7 +5,8 @@ is freed when k is the last consumer of i computed in stage t and i is not held 
 (the paper's FREE[t, i, k], eq. 5, with FREE[t, k, k] eliminated as in its section 4.8). What is
 still live when a stage ends and is not in S[t + 1] is dropped at the stage boundary. The peak is
 the largest live total just after a node is computed, before its dead inputs are freed (U[t, k]),
-plus the node's workspace (bytes it holds only while it runs) and the graph's fixed memory.
+plus the node's workspace (bytes it holds only while it runs; its recompute workspace in a stage after
+its own) and the graph's fixed memory.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Schedule:
         cost: total compute cost.
         peak_memory: the largest of `usage`.
         usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory
-            and the computed node's workspace.
+            and the computed node's workspace (recompute workspace in a later stage).
     """
 
     steps: tuple[Step, ...]
@@ -108,7 +109,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
     S = S.astype(bool)
     T = graph.size
     memory = graph.memory
-    workspace = graph.workspace
+    workspace, recompute_workspace = graph.workspace, graph.recompute_workspace
     preds = graph.predecessors
     steps: list[Step] = []
     live = S[0].astype(np.int64)
@@ -122,7 +123,8 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
-            usage.append(current + graph.fixed_memory + int(workspace[k]))
+            transient = workspace[k] if k == t else recompute_workspace[k]
+            usage.append(current + graph.fixed_memory + int(transient))
             for i in preds[k]:
                 if last_consumer[i] == k and not held_next[i]:
                     steps.append(Free(i, t))

@@ -14,11 +14,12 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 
     U[t,0] counts the checkpoints S[t]; computing v_k adds R[t,k] M_k; after v_k, its inputs i are freed when
     FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k} (1 - R[t,j]). While v_k runs it also holds
-    its workspace W_k, so the moment's usage is U[t,k] + W_k.
+    its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that.
     """
     T = graph.size
     M = graph.memory.astype(np.int64)
     W = [node.workspace for node in graph.nodes]
+    W_again = [node.workspace if node.recompute_workspace is None else node.recompute_workspace for node in graph.nodes]
     R = R.astype(np.int64)
     S = S.astype(np.int64)
     cost = float(sum(graph.costs[i] * R[t, i] for t in range(T) for i in range(T)))
@@ -29,7 +30,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
         for k in range(T):
             usage += int(R[t, k] * M[k])
             if R[t, k]:
-                peak = max(peak, usage + W[k])
+                peak = max(peak, usage + (W[k] if k == t else W_again[k]))
             for i in graph.predecessors[k]:
                 later = [j for j in graph.users[i] if j > k]
                 free = R[t, k] * (1 - held_next[i]) * int(np.prod([1 - R[t, j] for j in later]))
@@ -39,7 +40,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 
 def replay_peak(graph: Graph, steps: tuple) -> int:
     """Replay steps with a plain list of live copies: the peak right after each compute (with that node's
-    workspace), plus fixed memory."""
+    workspace, or its recompute workspace when the step's stage is not the node's own), plus fixed memory."""
     live: list[int] = []
     peak = 0
     for step in steps:
@@ -47,7 +48,10 @@ def replay_peak(graph: Graph, steps: tuple) -> int:
             missing = [i for i in graph.predecessors[step.node] if i not in live]
             assert not missing, f"step computes {step.node} while its inputs {missing} are not live"
             live.append(step.node)
-            peak = max(peak, sum(int(graph.memory[i]) for i in live) + graph.nodes[step.node].workspace)
+            node = graph.nodes[step.node]
+            again = node.workspace if node.recompute_workspace is None else node.recompute_workspace
+            transient = node.workspace if step.stage == step.node else again
+            peak = max(peak, sum(int(graph.memory[i]) for i in live) + transient)
         else:
             live.remove(step.node)
     assert live == [], f"values still live at the end of the schedule: {live}"
@@ -61,8 +65,14 @@ def random_valid_s(graph: Graph, rng: np.random.Generator, density: float = 0.4)
 
 
 def with_workspace(graph: Graph, seed: int, largest: int = 6) -> Graph:
-    """The same graph with a random workspace in [0, largest] bytes on about half the nodes."""
+    """The same graph with a random workspace in [0, largest] bytes on about half the nodes, and on about half
+    of those a different recompute workspace."""
     rng = np.random.default_rng(seed)
     workspace = rng.integers(0, largest + 1, graph.size) * (rng.random(graph.size) < 0.5)
-    nodes = tuple(dataclasses.replace(node, workspace=int(w)) for node, w in zip(graph.nodes, workspace, strict=True))
+    again = rng.integers(0, largest + 1, graph.size)
+    differs = rng.random(graph.size) < 0.5
+    nodes = tuple(
+        dataclasses.replace(node, workspace=int(w), recompute_workspace=int(a) if d else None)
+        for node, w, a, d in zip(graph.nodes, workspace, again, differs, strict=True)
+    )
     return Graph(nodes, fixed_memory=graph.fixed_memory)

@@ -22,11 +22,12 @@ def test_json_round_trip_keeps_every_field() -> None:
 
 
 def test_json_round_trip_keeps_a_workspace_and_writes_it_only_when_nonzero() -> None:
-    graph = Graph((Node("a", 1.0, 8), Node("b", 2.0, 4, inputs=(0,), workspace=16)))
+    graph = Graph((Node("a", 1.0, 8, recompute_workspace=32), Node("b", 2.0, 4, inputs=(0,), workspace=16)))
     again = Graph.from_json(graph.to_json())
     assert again == graph and again.workspace.tolist() == [0, 16]
+    assert again.recompute_workspace.tolist() == [32, 16]
     assert [set(entry) for entry in json.loads(graph.to_json())["nodes"]] == [
-        {"name", "cost", "memory", "backward", "inputs"},
+        {"name", "cost", "memory", "backward", "inputs", "recompute_workspace"},
         {"name", "cost", "memory", "backward", "inputs", "workspace"},
     ]
 
@@ -48,6 +49,7 @@ def test_from_json_reads_the_documented_shape() -> None:
         ([Node("a", 1, -4)], "memory must be"),
         ([Node("a", 1, 4, workspace=-1)], "workspace must be"),
         ([Node("a", 1, 4, workspace=2.5)], "workspace must be"),  # type: ignore[arg-type]
+        ([Node("a", 1, 4, recompute_workspace=-2)], "recompute_workspace must be"),
         ([Node("a", -1.0, 4)], "cost must be"),
         ([Node("a", float("nan"), 4)], "cost must be"),
         ([Node("a", 1, 1), Node("a", 1, 1)], "used twice"),

@@ -62,6 +62,18 @@ def test_workspace_counts_only_while_its_node_runs() -> None:
     assert schedule.peak_memory == max(base.usage[computes.index(1)] + 100, base.peak_memory)
 
 
+def test_recompute_workspace_counts_only_when_a_later_stage_runs_the_node() -> None:
+    chain = linear_graph(2)
+    nothing = np.zeros((chain.size, chain.size), dtype=bool)
+    R = cheapest_r(chain, nothing)
+    loaded = Graph((dataclasses.replace(chain.nodes[0], workspace=10, recompute_workspace=1000), *chain.nodes[1:]))
+    base, schedule = lower(chain, R, nothing), lower(loaded, R, nothing)
+    computes = [step for step in base.steps if type(step).__name__ == "Compute"]
+    extra = [10 if step.stage == 0 else 1000 if step.node == 0 else 0 for step in computes]
+    assert R[1:, 0].any(), "the plan must recompute node 0"
+    assert [u - b for u, b in zip(schedule.usage, base.usage, strict=True)] == extra
+
+
 def _valid_plan(n: int = 3) -> tuple:
     graph = linear_graph(n)
     S = checkpoint_all_s(graph)

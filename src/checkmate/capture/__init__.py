@@ -118,7 +118,8 @@ def _per_op_costs(
 
 
 def _layout(trace: Trace, groups: list[list[str]], per_op: dict[str, float], optimizer_state_bytes: int) -> Layout:
-    fixed_outputs = frozenset(name for name in (*trace.gradients, *trace.buffer_updates) if name is not None)
+    leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
+    fixed_outputs = frozenset(name for name in leaving if name is not None)
     return build_layout(
         trace.module,
         groups,

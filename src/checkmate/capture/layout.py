@@ -2,11 +2,19 @@
 
 A planning node's memory is the bytes of the storages its exported values live in (each storage
 once, views free), leaving out storages of parameters, buffers and batch inputs, and of values that
-leave the step as parameter gradients or buffer updates: those sit in the graph's fixed memory.
+leave the step (the loss, parameter gradients, buffer updates): those sit in the graph's fixed memory.
+
+A node that stands for several fx ops also makes values nobody outside it reads (say, the BatchNorm
+output inside BatchNorm + add + ReLU). They live from the op that makes them to their last reader
+inside the node, as the executor frees them. The node's workspace is how far its live storages rise
+above its exported bytes while it runs: max over its ops of the bytes live at that op, minus its memory.
+A recomputation makes the values that leave the step once more, as temporaries (the first run's copies
+are the fixed memory), so the recompute workspace counts them too.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +51,7 @@ def build_layout(
     """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
 
     Fixed memory is the bytes of parameters, buffers, batch inputs, constants and the `fixed_outputs`
-    (parameter gradients, buffer updates), each storage once, plus `extra_fixed_memory`.
+    (the loss, parameter gradients, buffer updates), each storage once, plus `extra_fixed_memory`.
     """
     nodes_by_name = {node.name: node for node in module.graph.nodes}
     group_of = {name: index for index, names in enumerate(groups) for name in names}
@@ -51,10 +59,13 @@ def build_layout(
     exports, inputs = _edges(groups, group_of, nodes_by_name)
     owners = find_owners(module.graph)
     excluded = _excluded_storages(module, owners.table, fixed_outputs)
+    sources = _excluded_storages(module, owners.table, frozenset())
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
         memory = _export_bytes(exports[index], owners.table, excluded)
+        workspace = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, excluded) - memory)
+        again = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, sources) - memory)
         graph_nodes.append(
             Node(
                 name=_label(names, owners.allocating),
@@ -62,6 +73,8 @@ def build_layout(
                 memory=memory,
                 backward=index > loss_group,
                 inputs=tuple(sorted(inputs[index])),
+                workspace=workspace,
+                recompute_workspace=None if again == workspace else again,
             )
         )
     return Layout(
@@ -117,6 +130,41 @@ def _export_bytes(values: set[str], table: StorageTable, excluded: dict[StorageK
     for value in values:
         storages.update(table.storages(value))
     return sum(size for key, size in storages.items() if key not in excluded)
+
+
+def _running_peak(
+    names: Sequence[str],
+    exports: set[str],
+    nodes_by_name: dict[str, torch.fx.Node],
+    table: StorageTable,
+    excluded: dict[StorageKey, int],
+) -> int:
+    """The most bytes of the node's own storages live at once while its ops run in order.
+
+    A value lives from its op to its last reader among the node's ops (the executor drops it after that op),
+    or to the node's end when it is exported. A storage lives while any value in it does.
+    """
+    computed = [name for name in names if nodes_by_name[name].op == "call_function"]
+    position = {name: index for index, name in enumerate(computed)}
+    last_use = dict(position)
+    for index, name in enumerate(computed):
+        for argument in nodes_by_name[name].all_input_nodes:
+            if argument.name in position:
+                last_use[argument.name] = max(last_use[argument.name], index)
+    for name in exports:
+        last_use[name] = len(computed) - 1
+    born: dict[StorageKey, int] = {}
+    dies: dict[StorageKey, int] = {}
+    for name, index in position.items():
+        for key in table.storages(name):
+            if key not in excluded:
+                born[key] = min(born.get(key, index), index)
+                dies[key] = max(dies.get(key, last_use[name]), last_use[name])
+    change = [0] * (len(computed) + 1)
+    for key, start in born.items():
+        change[start] += table.sizes[key]
+        change[dies[key] + 1] -= table.sizes[key]
+    return max(itertools.accumulate(change), default=0)
 
 
 def _label(names: Sequence[str], allocating: frozenset[str]) -> str:

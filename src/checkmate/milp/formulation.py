@@ -7,7 +7,8 @@ Variables (only those that can be nonzero are created):
         from i in stage t can reach node t or a checkpoint that is ever used, so an optimal plan can drop it.
     U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units.
         A node k with workspace W_k (bytes it holds only while it runs) adds the row U[t, k] + W_k R[t, k] <= budget
-        for each R[t, k]: the moment node k runs holds U[t, k] plus its workspace (not part of the paper).
+        for each R[t, k]: the moment node k runs holds U[t, k] plus its workspace (not part of the paper). W_k is
+        the node's workspace in stage k and its recompute workspace in later stages.
     FREE[t, (i, k)] per edge (i, k) with k < t (FREE[t, k, k] eliminated, section 4.8; FREE at k = t frees memory
         after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
         not a user of i (that user would be a hazard fixed to 1).
@@ -191,22 +192,24 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
-def _running_with_workspace(index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
-    """(stage, node) of every R[t, k] whose node has a workspace, in U order."""
-    stage, node = np.nonzero((index.U_col >= 0) & (index.R_col >= 0) & (index.scale.workspace > 0)[None, :])
-    return stage, node
+def _running_with_workspace(index: VariableIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(stage t, node k, W_k in units) of every R[t, k] that runs with a workspace, in U order."""
+    stage, node = np.nonzero((index.U_col >= 0) & (index.R_col >= 0))
+    workspace = np.where(stage == node, index.scale.workspace[node], index.scale.recompute_workspace[node])
+    held = workspace > 0
+    return stage[held], node[held], workspace[held].astype(np.float64)
 
 
 def moment_usage(index: VariableIndex) -> sp.csr_array:
     """One row per U[t, k], in column order: the units in use while node k runs in stage t, U[t, k] + W_k R[t, k]."""
-    stage, node = _running_with_workspace(index)
-    moment = index.U_col - index.U_col[0, 0]
+    stage, node, workspace = _running_with_workspace(index)
     U_cols = index.U_col[index.U_col >= 0]
+    first = index.U_col[0, 0]
     return sp.csr_array(
         (
-            np.concatenate([np.ones(U_cols.size), index.scale.workspace[node].astype(np.float64)]),
+            np.concatenate([np.ones(U_cols.size), workspace]),
             (
-                np.concatenate([U_cols - index.U_col[0, 0], moment[stage, node]]),
+                np.concatenate([U_cols - first, index.U_col[stage, node] - first]),
                 np.concatenate([U_cols, index.R_col[stage, node]]),
             ),
         ),
@@ -215,13 +218,13 @@ def moment_usage(index: VariableIndex) -> sp.csr_array:
 
 
 def _workspace_rows(index: VariableIndex) -> _RowBlock:
-    """U[t, k] + W_k R[t, k] <= budget where node k has a workspace (U's upper bound covers the other moments)."""
-    stage, node = _running_with_workspace(index)
+    """U[t, k] + W_k R[t, k] <= budget where node k runs with a workspace (U's upper bound covers the rest)."""
+    stage, node, workspace = _running_with_workspace(index)
     row = np.arange(stage.size)
     return _RowBlock(
         rows=np.concatenate([row, row]),
         cols=np.concatenate([index.U_col[stage, node], index.R_col[stage, node]]),
-        values=np.concatenate([np.ones(row.size), index.scale.workspace[node].astype(np.float64)]),
+        values=np.concatenate([np.ones(row.size), workspace]),
         lower=np.full(row.size, -np.inf),
         upper=np.full(row.size, index.budget_units),
     )

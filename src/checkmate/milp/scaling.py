@@ -27,12 +27,14 @@ class MemoryScale:
         sizes: int64[T], each node's size in units, rounded up.
         exact: True when every size and workspace is a whole number of units (no rounding happened).
         workspace: int64[T], each node's workspace in units, rounded up like the sizes.
+        recompute_workspace: int64[T], each node's recompute workspace in units, rounded up.
     """
 
     unit: int
     sizes: np.ndarray
     exact: bool
     workspace: np.ndarray
+    recompute_workspace: np.ndarray
 
     def budget_units(self, budget: int, fixed_memory: int) -> int:
         """The activation budget in units, rounded down: sum(sizes) <= this implies bytes <= budget - fixed."""
@@ -45,18 +47,17 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    amounts = np.concatenate([graph.memory, graph.workspace])
+    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace])
     positive = amounts[amounts > 0]
-    if positive.size == 0:
-        return MemoryScale(unit=1, sizes=graph.memory.copy(), exact=True, workspace=graph.workspace.copy())
-    divisor = math.gcd(*(int(size) for size in np.unique(positive)))
-    largest = int(positive.max())
+    divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
+    largest = int(positive.max()) if positive.size else 0
     unit = divisor if largest // divisor <= resolution else math.ceil(largest / resolution)
     return MemoryScale(
         unit=unit,
         sizes=(-(-graph.memory // unit)).astype(np.int64),
         exact=bool(np.all(amounts % unit == 0)),
         workspace=(-(-graph.workspace // unit)).astype(np.int64),
+        recompute_workspace=(-(-graph.recompute_workspace // unit)).astype(np.int64),
     )
 
 
@@ -65,5 +66,9 @@ def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
     if scale.exact:
         return scale
     return MemoryScale(
-        unit=scale.unit, sizes=graph.memory // scale.unit, exact=False, workspace=graph.workspace // scale.unit
+        unit=scale.unit,
+        sizes=graph.memory // scale.unit,
+        exact=False,
+        workspace=graph.workspace // scale.unit,
+        recompute_workspace=graph.recompute_workspace // scale.unit,
     )
