@@ -4,8 +4,7 @@ Only neighbours in execution order are merged, so the merged graph keeps a valid
 and each merged node is still a contiguous run of fx ops that can be executed as is. The memory
 accounting stays true because the merged graph is rebuilt from the fx graph: a merged node exports
 every value that another node reads (what it keeps alive for the backward pass is counted), and a
-value read only inside the merged node stops being counted. What is not modelled is the transient
-memory inside a merged node while it runs.
+value read only inside the merged node counts only while the node runs (its workspace).
 
 Merges are chosen greedily: the pair of neighbours with the smallest combined cost, where the cost
 is weighted by how natural the merge is (weights `_TIER_WEIGHTS`):
