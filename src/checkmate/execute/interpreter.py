@@ -1,10 +1,11 @@
 """Run a lowered Schedule over a Captured training step, node by node, like torch.fx.Interpreter.
 
 `prepare(captured)` turns the joint fx graph into one small program per graph node (its member fx
-nodes, where each argument comes from, and when each non-exported value dies). `run_schedule` then
-walks the schedule's steps: `Compute(i, t)` evaluates node i's members in fx order and keeps its
-exported values as one more live copy; `Free(i, t)` drops one copy. Nothing else stays alive, so the
-live tensors follow the plan's memory model.
+nodes, where each argument comes from, and when each non-exported value dies), generated as Python
+source the way torch.fx generates a GraphModule's forward, so running a node costs one call per op
+and no interpretation. `run_schedule` then walks the schedule's steps: `Compute(i, t)` runs node i's
+members in fx order and keeps its exported values as one more live copy; `Free(i, t)` drops one
+copy. Nothing else stays alive, so the live tensors follow the plan's memory model.
 
 Loss, gradients and buffer updates are taken the first time their node runs (stage i of node i) and
 never again, so a recomputation cannot count twice. Random nodes save the CPU (and CUDA) generator
@@ -26,43 +27,12 @@ from torch.fx.node import map_aggregate
 
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
+from checkmate.execute.codegen import NodeFunction, Operation, OperationFailed, Reference, node_function
 from checkmate.simulate import Compute, Schedule
 
 log = logging.getLogger(__name__)
 
 GradientSink = Callable[[int, torch.Tensor], None]
-
-
-@dataclass(frozen=True)
-class Reference:
-    """An argument slot filled at run time with the fx value `name`."""
-
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """One member fx node, ready to evaluate.
-
-    Attributes:
-        name: the fx node's name (its value's key in the environment).
-        target: the fx node's target (an ATen overload or operator.getitem), for messages.
-        function: what is called: the overload's underlying builtin (one Python frame less per op), else the target.
-        args: positional arguments, with fx values replaced by Reference.
-        kwargs: keyword arguments, likewise.
-        slots: (position, name) of the top-level positional arguments that are references.
-        nested: True when references also sit inside lists or keyword arguments (slow path).
-        release: names of member values that die right after this operation (last use within the node).
-    """
-
-    name: str
-    target: Callable[..., Any]
-    function: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    slots: tuple[tuple[int, str], ...]
-    nested: bool
-    release: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +41,7 @@ class NodeProgram:
 
     label: str
     operations: tuple[Operation, ...]
+    run: NodeFunction
     exports: tuple[str, ...]
     loss: str | None
     gradients: tuple[tuple[int, str], ...]
@@ -165,17 +136,18 @@ def _node_program(
             value for value in computed[: position + 1] if last_use[value] == position and value not in keep
         )
         operations.append(_operation(fx_node, release))
+    loss = captured.loss if owner[captured.loss] == index else None
+    taken = frozenset([loss] if loss else []) | {name for _, name in gradients} | {name for _, name in updates}
     return NodeProgram(
         label=label,
         operations=tuple(operations),
+        run=node_function(label, tuple(operations), taken),
         exports=tuple(captured.exports[index]),
-        loss=captured.loss if owner[captured.loss] == index else None,
+        loss=loss,
         gradients=gradients,
         buffer_updates=updates,
         random=index in captured.random_nodes,
-        taken=frozenset([captured.loss] if owner[captured.loss] == index else [])
-        | {name for _, name in gradients}
-        | {name for _, name in updates},
+        taken=taken,
     )
 
 
@@ -196,24 +168,10 @@ def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
 
     args = tuple(map_aggregate(fx_node.args, to_reference))
     kwargs = dict(map_aggregate(dict(fx_node.kwargs), to_reference))
-    slots = tuple(
-        (position, value.name) for position, value in enumerate(fx_node.args) if isinstance(value, torch.fx.Node)
-    )
-    nested = _count_references((args, kwargs)) != len(slots)
     if not callable(fx_node.target):
         raise ExecutionError(f"fx node {fx_node.name!r} has target {fx_node.target!r}, which is not callable")
     function = fx_node.target._op if isinstance(fx_node.target, torch._ops.OpOverload) else fx_node.target
-    return Operation(fx_node.name, fx_node.target, function, args, kwargs, slots, nested, release)
-
-
-def _count_references(value: Any) -> int:
-    if isinstance(value, Reference):
-        return 1
-    if isinstance(value, (tuple, list)):
-        return sum(_count_references(item) for item in value)
-    if isinstance(value, dict):
-        return sum(_count_references(item) for item in value.values())
-    return 0
+    return Operation(fx_node.name, fx_node.target, function, args, kwargs, release)
 
 
 def run_schedule(
@@ -278,25 +236,13 @@ class _Run:
         self.copies.setdefault(index, []).append(tuple(self.env[name] for name in node.exports))
 
     def _evaluate(self, node: NodeProgram, stage: int, first: bool) -> None:
-        env = self.env
-        taken = node.taken if first else frozenset()
-        for operation in node.operations:
-            try:
-                if operation.nested:
-                    args, kwargs = _resolve((operation.args, operation.kwargs), env)
-                else:
-                    args, kwargs = list(operation.args), operation.kwargs
-                    for position, name in operation.slots:
-                        args[position] = env[name]
-                env[operation.name] = operation.function(*args, **kwargs)
-            except Exception as error:
-                raise ExecutionError(
-                    f"{node.label}, stage {stage}: fx node {operation.name!r} ({operation.target}) failed: {error}"
-                ) from error
-            if operation.name in taken:
-                self._take(node, operation.name)
-            for name in operation.release:
-                del env[name]
+        try:
+            node.run(self.env, functools.partial(self._take, node) if first and node.taken else None)
+        except OperationFailed as failure:
+            operation = node.operations[failure.position]
+            raise ExecutionError(
+                f"{node.label}, stage {stage}: fx node {operation.name!r} ({operation.target}) failed: {failure.error}"
+            ) from failure.error
 
     def _take(self, node: NodeProgram, name: str) -> None:
         if name == node.loss:
@@ -316,15 +262,3 @@ class _Run:
         if not held:
             for name in self.program.nodes[index].exports:
                 del self.env[name]
-
-
-def _resolve(value: Any, env: dict[str, Any]) -> Any:
-    if isinstance(value, Reference):
-        return env[value.name]
-    if isinstance(value, tuple):
-        return tuple(_resolve(item, env) for item in value)
-    if isinstance(value, list):
-        return [_resolve(item, env) for item in value]
-    if isinstance(value, dict):
-        return {key: _resolve(item, env) for key, item in value.items()}
-    return value

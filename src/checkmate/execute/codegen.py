@@ -1,0 +1,99 @@
+"""Generate one Python function per graph node from its operations, as torch.fx generates a GraphModule's forward.
+
+The generated function runs the node's operations in order on an environment dict of live values:
+
+    def run(env, take):
+        at = 0
+        try:
+            at = 0
+            env['mm'] = f0(env['view'], c0)
+            del env['view']
+            ...
+        except Exception as error:
+            raise OperationFailed(at, error) from error
+
+Targets and constant arguments are bound by name (`f0`, `c0`) in the function's globals, never printed as
+literals. `take(name)` is called right after each value that leaves the step is made, unless `take` is None
+(a recomputation). Compared with a loop that fills argument lists, this saves a few microseconds per op,
+which is most of what a Python executor adds to eager PyTorch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+NodeFunction = Callable[[dict[str, Any], Callable[[str], None] | None], None]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An argument slot filled at run time with the fx value `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One member fx node, ready to evaluate.
+
+    Attributes:
+        name: the fx node's name (its value's key in the environment).
+        target: the fx node's target (an ATen overload or operator.getitem), for messages.
+        function: what is called: the overload's underlying builtin (one Python frame less per op), else the target.
+        args: positional arguments, with fx values replaced by Reference.
+        kwargs: keyword arguments, likewise.
+        release: names of member values that die right after this operation (last use within the node).
+    """
+
+    name: str
+    target: Callable[..., Any]
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    release: tuple[str, ...]
+
+
+class OperationFailed(Exception):
+    """Raised by a generated node function: operation number `position` raised `error`."""
+
+    def __init__(self, position: int, error: Exception) -> None:
+        super().__init__(position, error)
+        self.position = position
+        self.error = error
+
+
+def node_function(label: str, operations: tuple[Operation, ...], taken: Collection[str]) -> NodeFunction:
+    """Compile `operations` into `run(env, take)`; `taken` names the values to hand to `take` as they are made."""
+    namespace: dict[str, Any] = {"OperationFailed": OperationFailed}
+    lines = ["def run(env, take):", "    at = 0", "    try:"]
+    for position, operation in enumerate(operations):
+        function = f"f{position}"
+        namespace[function] = operation.function
+        arguments = [_render(value, namespace) for value in operation.args]
+        arguments += [f"{key}={_render(value, namespace)}" for key, value in operation.kwargs.items()]
+        lines.append(f"        at = {position}")
+        lines.append(f"        env[{operation.name!r}] = {function}({', '.join(arguments)})")
+        if operation.name in taken:
+            lines.append(f"        if take is not None: take({operation.name!r})")
+        lines.extend(f"        del env[{name!r}]" for name in operation.release)
+    lines += ["    except Exception as error:", "        raise OperationFailed(at, error) from error"]
+    exec(compile("\n".join(lines), f"<checkmate {label}>", "exec"), namespace)
+    run: NodeFunction = namespace["run"]
+    return run
+
+
+def _render(value: Any, namespace: dict[str, Any]) -> str:
+    """Source text for one argument: env lookups for references, containers spelled out, anything else bound."""
+    if isinstance(value, Reference):
+        return f"env[{value.name!r}]"
+    if isinstance(value, tuple):
+        return "(" + "".join(f"{_render(item, namespace)}, " for item in value) + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(_render(item, namespace) for item in value) + "]"
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return "{" + ", ".join(f"{key!r}: {_render(item, namespace)}" for key, item in value.items()) + "}"
+    constant = f"c{sum(name.startswith('c') for name in namespace)}"
+    namespace[constant] = value
+    return constant
