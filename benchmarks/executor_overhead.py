@@ -1,0 +1,85 @@
+"""What the executor adds to a step: eager PyTorch, the captured fx graph run whole, and the compiled step.
+
+    .venv/bin/python benchmarks/executor_overhead.py [--repeats 25]
+
+For each model, with one torch thread and the `checkpoint_all` plan (no recomputation), it times, interleaved:
+* eager: `loss_fn(model, *batch).backward()`;
+* fx graph: the captured joint graph called as one torch.fx GraphModule (what any fx-based executor starts from);
+* compiled: `checkmate.compile(...)` running the plan node by node (memory measurement off).
+It prints medians in milliseconds and the compiled step's overhead against eager as a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import checkmate
+from checkmate import zoo
+
+MODELS: dict[str, Callable[[], Any]] = {
+    "ResNet (BN, skips)": lambda: zoo.resnet(batch=32, image_size=32, width=16, blocks=(1, 1, 1)),
+    "GPT (attention, dropout)": lambda: zoo.gpt(batch=8, length=64, dim=128, heads=4, layers=2, vocab=256),
+}
+
+
+def _runners(factory: Callable[[], Any]) -> tuple[dict[str, Callable[[], None]], int]:
+    model, loss_fn, batch = factory()
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="flops", measure_memory="never"
+    )
+    module = step.captured.module
+    inputs = [p.detach() for p in model.parameters()] + list(model.buffers()) + list(batch)
+
+    def eager() -> None:
+        torch.manual_seed(0)
+        loss_fn(model, *batch).backward()
+        model.zero_grad(set_to_none=True)
+
+    def fx_graph() -> None:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            module(*inputs)
+
+    def compiled() -> None:
+        torch.manual_seed(0)
+        step(*batch)
+        model.zero_grad(set_to_none=True)
+
+    operations = sum(len(members) for members in step.captured.members)
+    return {"eager": eager, "fx graph": fx_graph, "compiled": compiled}, operations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=25, help="timed steps per runner")
+    arguments = parser.parse_args()
+    torch.set_num_threads(1)
+    print("| model | fx ops | eager ms | fx graph ms | compiled ms | compiled vs eager |")
+    print("|---|---|---|---|---|---|")
+    for name, factory in MODELS.items():
+        runners, operations = _runners(factory)
+        times: dict[str, list[float]] = {key: [] for key in runners}
+        for run in runners.values():
+            run()
+            run()
+        for _ in range(arguments.repeats):
+            for key, run in runners.items():
+                started = time.perf_counter()
+                run()
+                times[key].append(time.perf_counter() - started)
+        median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+        overhead = median["compiled"] / median["eager"] - 1
+        print(
+            f"| {name} | {operations} | {median['eager']:.1f} | {median['fx graph']:.1f} | "
+            f"{median['compiled']:.1f} | {overhead:+.1%} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
