@@ -108,3 +108,27 @@ def test_time_limited_solve_on_130_stages_is_no_worse_than_the_best_baseline() -
     assert plan.lower_bound is not None and plan.lower_bound <= plan.cost
     if plan.status != "optimal":
         assert plan.gap is not None and plan.gap > 0
+
+
+def test_a_solve_that_finds_nothing_names_the_budget_a_baseline_meets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the MILP stops without a plan and no baseline fits, the error gives the lowest baseline peak."""
+    from checkmate.milp.problem import MilpSolution, SolveStatus
+    from checkmate.strategies import optimal
+
+    class NothingInTime:
+        """A MILP backend that always runs out of time before finding a plan (the LP is solved for real)."""
+
+        def __init__(self, real):
+            self.real = real
+
+        def solve(self, problem, options, start=None):
+            if problem.integer.any():
+                return MilpSolution(SolveStatus.NO_SOLUTION, None, None, None, 0.0, "nothing-in-time")
+            return self.real.solve(problem, options, start)
+
+    real_backend = optimal.get_backend
+    monkeypatch.setattr(optimal, "get_backend", lambda name: NothingInTime(real_backend(name)))
+    graph = random_training_graph(8, seed=4)  # smallest budget 66; the lowest baseline peak, chen_sqrtn_linear: 78
+    with pytest.raises(checkmate.InfeasibleBudget, match=r"not proven.*chen_sqrtn_linear fits") as caught:
+        checkmate.solve(graph, 70, method="optimal", time_limit=5)
+    assert caught.value.minimum == 78

@@ -25,7 +25,7 @@ from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.registry import register
-from checkmate.strategies.warm_start import best_baseline
+from checkmate.strategies.warm_start import best_baseline, lowest_peak_baseline
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -168,9 +168,11 @@ def _relaxed_bound(graph: Graph, budget: int, time_limit: float | None) -> float
 def _nothing_found(graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None) -> InfeasibleBudget:
     if solution.status is SolveStatus.INFEASIBLE:
         return infeasible_budget(graph, budget, method=METHOD)
+    known = lowest_peak_baseline(graph)
+    works = "" if known is None else f"; {known.method} fits {format_bytes(known.peak_memory)} ({known.peak_memory} B)"
     return InfeasibleBudget(
         f"{METHOD}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
-        f"({time_limit} s) and no baseline fits; infeasibility is not proven. Raise time_limit or the budget",
+        f"({time_limit} s) and no baseline fits; infeasibility is not proven. Raise time_limit or the budget{works}",
         budget=budget,
-        minimum=None,
+        minimum=None if known is None else known.peak_memory,
     )
