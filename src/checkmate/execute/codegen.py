@@ -66,34 +66,45 @@ class OperationFailed(Exception):
 
 def node_function(label: str, operations: tuple[Operation, ...], taken: Collection[str]) -> NodeFunction:
     """Compile `operations` into `run(env, take)`; `taken` names the values to hand to `take` as they are made."""
-    namespace: dict[str, Any] = {"OperationFailed": OperationFailed}
+    names = _Names()
     lines = ["def run(env, take):", "    at = 0", "    try:"]
     for position, operation in enumerate(operations):
-        function = f"f{position}"
-        namespace[function] = operation.function
-        arguments = [_render(value, namespace) for value in operation.args]
-        arguments += [f"{key}={_render(value, namespace)}" for key, value in operation.kwargs.items()]
+        function = names.bind(operation.function, "f")
+        arguments = [names.render(value) for value in operation.args]
+        arguments += [f"{key}={names.render(value)}" for key, value in operation.kwargs.items()]
         lines.append(f"        at = {position}")
         lines.append(f"        env[{operation.name!r}] = {function}({', '.join(arguments)})")
         if operation.name in taken:
             lines.append(f"        if take is not None: take({operation.name!r})")
         lines.extend(f"        del env[{name!r}]" for name in operation.release)
     lines += ["    except Exception as error:", "        raise OperationFailed(at, error) from error"]
+    namespace = {"OperationFailed": OperationFailed, **names.bound}
     exec(compile("\n".join(lines), f"<checkmate {label}>", "exec"), namespace)
     run: NodeFunction = namespace["run"]
     return run
 
 
-def _render(value: Any, namespace: dict[str, Any]) -> str:
-    """Source text for one argument: env lookups for references, containers spelled out, anything else bound."""
-    if isinstance(value, Reference):
-        return f"env[{value.name!r}]"
-    if isinstance(value, tuple):
-        return "(" + "".join(f"{_render(item, namespace)}, " for item in value) + ")"
-    if isinstance(value, list):
-        return "[" + ", ".join(_render(item, namespace) for item in value) + "]"
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return "{" + ", ".join(f"{key!r}: {_render(item, namespace)}" for key, item in value.items()) + "}"
-    constant = f"c{sum(name.startswith('c') for name in namespace)}"
-    namespace[constant] = value
-    return constant
+class _Names:
+    """The globals of one generated function: targets (f0, f1, ...) and constant arguments (c0, c1, ...)."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, Any] = {}
+        self.counts: dict[str, int] = {}
+
+    def bind(self, value: Any, prefix: str) -> str:
+        number = self.counts.get(prefix, 0)
+        self.counts[prefix] = number + 1
+        self.bound[f"{prefix}{number}"] = value
+        return f"{prefix}{number}"
+
+    def render(self, value: Any) -> str:
+        """Source text for one argument: env lookups for references, containers spelled out, anything else bound."""
+        if isinstance(value, Reference):
+            return f"env[{value.name!r}]"
+        if isinstance(value, tuple):
+            return "(" + "".join(f"{self.render(item)}, " for item in value) + ")"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.render(item) for item in value) + "]"
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            return "{" + ", ".join(f"{key!r}: {self.render(item)}" for key, item in value.items()) + "}"
+        return self.bind(value, "c")
