@@ -22,6 +22,7 @@ Contract (capture produces it, the executor relies on it):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,3 +67,16 @@ class Captured:
     random_nodes: frozenset[int]
     cost_model: str
     device: str
+
+
+def last_uses(computed: Sequence[str], fx_nodes: Mapping[str, torch.fx.Node]) -> dict[str, int]:
+    """For a node's computed members in order: the position of the last member reading each one (its own position
+    when no member reads it). A value that is not exported dies right after that member: the executor drops it
+    there, and capture counts it in the node's workspace until then."""
+    position_of = {name: position for position, name in enumerate(computed)}
+    last = dict(position_of)
+    for position, name in enumerate(computed):
+        for argument in fx_nodes[name].all_input_nodes:
+            if argument.name in position_of:
+                last[argument.name] = max(last[argument.name], position)
+    return last

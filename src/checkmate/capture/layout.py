@@ -23,6 +23,7 @@ import torch
 
 from checkmate.capture.grouping import find_owners
 from checkmate.capture.sizes import StorageKey, StorageTable
+from checkmate.captured import last_uses
 from checkmate.errors import CaptureError
 from checkmate.graph import Graph, Node
 
@@ -145,17 +146,12 @@ def _running_peak(
     or to the node's end when it is exported. A storage lives while any value in it does.
     """
     computed = [name for name in names if nodes_by_name[name].op == "call_function"]
-    position = {name: index for index, name in enumerate(computed)}
-    last_use = dict(position)
-    for index, name in enumerate(computed):
-        for argument in nodes_by_name[name].all_input_nodes:
-            if argument.name in position:
-                last_use[argument.name] = max(last_use[argument.name], index)
+    last_use = last_uses(computed, nodes_by_name)
     for name in exports:
         last_use[name] = len(computed) - 1
     born: dict[StorageKey, int] = {}
     dies: dict[StorageKey, int] = {}
-    for name, index in position.items():
+    for index, name in enumerate(computed):
         for key in table.storages(name):
             if key not in excluded:
                 born[key] = min(born.get(key, index), index)

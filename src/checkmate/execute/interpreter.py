@@ -25,7 +25,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_aggregate
 
-from checkmate.captured import Captured
+from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
 from checkmate.execute.codegen import NodeFunction, Operation, OperationFailed, Reference, node_function
 from checkmate.simulate import Compute, Schedule
@@ -121,7 +121,7 @@ def _node_program(
     missing = keep - set(computed)
     if missing:
         raise ExecutionError(f"{label} exports {sorted(missing)}, which are not among its computed members")
-    last_use = _last_uses(computed, fx_nodes)
+    last_use = last_uses(computed, fx_nodes)
     operations = []
     for position, name in enumerate(computed):
         fx_node = fx_nodes[name]
@@ -149,17 +149,6 @@ def _node_program(
         random=index in captured.random_nodes,
         taken=taken,
     )
-
-
-def _last_uses(computed: list[str], fx_nodes: dict[str, torch.fx.Node]) -> dict[str, int]:
-    """Position of the last member reading each member value (its own position when no member reads it)."""
-    position_of = {name: position for position, name in enumerate(computed)}
-    last = dict(position_of)
-    for position, name in enumerate(computed):
-        for argument in fx_nodes[name].all_input_nodes:
-            if argument.name in position_of:
-                last[argument.name] = max(last[argument.name], position)
-    return last
 
 
 def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
