@@ -49,15 +49,20 @@ def _assert_same_state(model: nn.Module, reference: nn.Module, context: str) -> 
         assert torch.equal(got, want), f"{context}: buffer {name} differs"
 
 
-def _assert_within_plan(step: CompiledStep) -> None:
+def _assert_within_plan(step: CompiledStep, *, accumulating: bool) -> None:
+    """The measured peak of the last step is at most the plan's. When the step accumulated into existing `.grad`s,
+    every gradient was live for the whole step as the plan's fixed memory assumes, so there the plan must also be
+    close (within 10 %); a step from `.grad = None` makes gradients one by one and may measure well below."""
     report = step.report()
     assert report.measured_peak is not None
     assert step.plan.budget is None or report.planned_peak <= report.budget
     assert report.measured_peak <= report.planned_peak, f"measured {report.measured_peak} above {report.planned_peak}"
-    assert report.measured_peak >= 0.9 * report.planned_peak, "the plan's memory model should not be loose either"
+    if accumulating:
+        assert report.measured_peak >= 0.9 * report.planned_peak, "the plan's memory model should not be loose either"
 
 
 def _compare_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], seed: int, context: str) -> None:
+    accumulating = all(parameter.grad is not None for parameter in step.model.parameters())
     torch.manual_seed(seed)
     loss = step(*batch)
     torch.manual_seed(seed)
@@ -65,10 +70,12 @@ def _compare_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, .
     expected.backward()
     assert torch.equal(loss, expected.detach()), f"{context}: loss {loss.item()} != {expected.item()}"
     _assert_same_state(step.model, reference, context)
+    _assert_within_plan(step, accumulating=accumulating)
 
 
 def _train_three_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], context: str) -> None:
-    """Step 1, an SGD update on both, step 2 from zeroed grads, step 3 accumulating into step 2's grads."""
+    """Step 1, an SGD update on both, step 2 from zeroed grads, step 3 accumulating into step 2's grads; the peak
+    of each step (compiled with measure_memory="every") within the plan's."""
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (step.model, reference)]
     _compare_steps(step, reference, batch, seed=11, context=f"{context}, step 1")
     for optimizer in optimizers:
@@ -86,11 +93,12 @@ def test_matches_eager_and_stays_within_plan(name: str, budget: float) -> None:
     method, options = "optimal", {"time_limit": TIME_LIMIT}
     if budget == 1.0:
         method, options = "checkpoint_all", {}
-    step = checkmate.compile(model, loss_fn, batch, budget=budget, method=method, cost_model="flops", **options)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=budget, method=method, cost_model="flops", measure_memory="every", **options
+    )
     if budget < 1.0:
         assert step.plan.R.sum() > step.graph.size, "a tight budget must make the plan recompute"
     _train_three_steps(step, reference, batch, f"{name} at {budget:.0%} with {method}")
-    _assert_within_plan(step)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -99,13 +107,14 @@ def test_recomputing_everything_is_still_exact(name: str) -> None:
     BatchNorm included, and the numbers are still eager's."""
     model, loss_fn, batch = MODELS[name]()
     reference = copy.deepcopy(model)
-    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="flops")
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="flops", measure_memory="every"
+    )
     size = step.graph.size
     nothing = np.zeros((size, size), dtype=bool)
     step.use_plan(make_plan(step.graph, cheapest_r(step.graph, nothing), nothing, method="recompute_everything"))
     assert step.plan.R.sum() > 3 * size
     _train_three_steps(step, reference, batch, f"{name}, recomputing everything")
-    _assert_within_plan(step)
 
 
 def test_half_budget_is_clearly_below_eager() -> None:

@@ -119,13 +119,13 @@ def _per_op_costs(
 
 def _layout(trace: Trace, groups: list[list[str]], per_op: dict[str, float], optimizer_state_bytes: int) -> Layout:
     leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
-    fixed_outputs = frozenset(name for name in leaving if name is not None)
     return build_layout(
         trace.module,
         groups,
         group_costs(groups, per_op),
         loss=trace.loss,
-        fixed_outputs=fixed_outputs,
+        fixed_outputs=frozenset(name for name in leaving if name is not None),
+        gradients=frozenset(name for name in trace.gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
     )
 

@@ -8,8 +8,11 @@ A node that stands for several fx ops also makes values nobody outside it reads 
 output inside BatchNorm + add + ReLU). They live from the op that makes them to their last reader
 inside the node, as the executor frees them. The node's workspace is how far its live storages rise
 above its exported bytes while it runs: max over its ops of the bytes live at that op, minus its memory.
-A recomputation makes the values that leave the step once more, as temporaries (the first run's copies
-are the fixed memory), so the recompute workspace counts them too.
+A parameter gradient counts there too, from its op to its last reader: a step that accumulates into an
+existing `.grad` holds the new gradient beside it until it is added, so the plan holds whether `.grad`
+is set or not (when it is not, the gradient is counted twice for that moment). A recomputation makes
+every value that leaves the step once more, as a temporary (the first run's copies are the fixed
+memory), so the recompute workspace counts the loss and buffer updates too.
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ def build_layout(
     *,
     loss: str,
     fixed_outputs: frozenset[str],
+    gradients: frozenset[str] = frozenset(),
     extra_fixed_memory: int = 0,
 ) -> Layout:
     """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
 
     Fixed memory is the bytes of parameters, buffers, batch inputs, constants and the `fixed_outputs`
     (the loss, parameter gradients, buffer updates), each storage once, plus `extra_fixed_memory`.
+    `gradients` (among the fixed outputs) are also counted in the workspace of the node that makes them.
     """
     nodes_by_name = {node.name: node for node in module.graph.nodes}
     group_of = {name: index for index, names in enumerate(groups) for name in names}
@@ -60,12 +65,13 @@ def build_layout(
     exports, inputs = _edges(groups, group_of, nodes_by_name)
     owners = find_owners(module.graph)
     excluded = _excluded_storages(module, owners.table, fixed_outputs)
+    held = _excluded_storages(module, owners.table, fixed_outputs - gradients)
     sources = _excluded_storages(module, owners.table, frozenset())
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
         memory = _export_bytes(exports[index], owners.table, excluded)
-        workspace = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, excluded) - memory)
+        workspace = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, held) - memory)
         again = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, sources) - memory)
         graph_nodes.append(
             Node(

@@ -6,9 +6,12 @@ the storage of each output with a weak reference, and after each op sums the sto
 Bytes live before the step (parameters, buffers, the batch) are added once. What the CPU allocator
 does beyond that (workspaces inside a kernel, fragmentation, caching) is not counted.
 
-Two totals come out. `peak_bytes` is what eager PyTorch holds. `peak_gradients_fixed` follows the
-planning graph's convention: parameter gradients are charged for the whole step (they are part of
-`Graph.fixed_memory`), and the storages that end up as `.grad` are left out of the step's live set.
+Three totals come out. `peak_bytes` is what eager PyTorch holds in a step from `.grad = None`.
+`peak_gradients_fixed` charges parameter gradients for the whole step (they are part of
+`Graph.fixed_memory`) and leaves the storages that end up as `.grad` out of the step's live set.
+`peak_accumulating` is what eager holds in a second step that adds into the first one's `.grad`s: every
+gradient is live for the whole step and each new one is a temporary until it has been added. That is
+the planning graph's convention exactly (a node's workspace counts the gradients it makes).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class EagerMeasurement:
         peak_bytes: preexisting_bytes plus the largest total of storages created by the step and alive at once.
         peak_gradients_fixed: preexisting_bytes plus all gradient bytes plus the largest total of the
             other storages created by the step and alive at once.
+        peak_accumulating: preexisting_bytes plus all gradient bytes plus the largest total of storages alive at
+            once in a second step that accumulates into the first one's `.grad`s.
         preexisting_bytes: parameters, buffers and batch tensors.
         gradient_bytes: the parameters' `.grad` storages after the step.
         step_seconds: median wall time of `loss_fn(model, *batch).backward()` (0.0 when not timed).
@@ -47,6 +52,7 @@ class EagerMeasurement:
 
     peak_bytes: int
     peak_gradients_fixed: int
+    peak_accumulating: int
     preexisting_bytes: int
     gradient_bytes: int
     step_seconds: float
@@ -109,24 +115,32 @@ def measure_eager_step(
     model.zero_grad(set_to_none=True)
     state = [*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(batch))]
     preexisting = _distinct_bytes(state)
-    meter = LiveStorageMeter([tensor for tensor in state if isinstance(tensor, torch.Tensor)])
+    meter = LiveStorageMeter(_meter_inputs(state))
     with meter:
         loss_fn(model, *batch).backward()
     gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
     meter._forget_freed()
     gradient_keys = meter.serials(gradients)
     gradient_bytes = _distinct_bytes(gradients)
+    accumulating = LiveStorageMeter([*_meter_inputs(state), *gradients])
+    with accumulating:
+        loss_fn(model, *batch).backward()
     del gradients
     model.zero_grad(set_to_none=True)
     timings = [_timed_step(model, loss_fn, batch) for _ in range(repeats)]
     return EagerMeasurement(
         peak_bytes=preexisting + meter.peak,
         peak_gradients_fixed=preexisting + gradient_bytes + meter.peak_without(gradient_keys),
+        peak_accumulating=preexisting + gradient_bytes + accumulating.peak,
         preexisting_bytes=preexisting,
         gradient_bytes=gradient_bytes,
         step_seconds=statistics.median(timings) if timings else 0.0,
         fastest_step_seconds=min(timings, default=0.0),
     )
+
+
+def _meter_inputs(values: Sequence[Any]) -> list[torch.Tensor]:
+    return [value for value in values if isinstance(value, torch.Tensor)]
 
 
 def _timed_step(model: nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Sequence[Any]) -> float:

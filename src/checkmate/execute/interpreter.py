@@ -222,7 +222,19 @@ class _Run:
                 self._evaluate(node, stage, first)
         else:
             self._evaluate(node, stage, first)
+        if not first:
+            self._share_step_outputs(node)
         self.copies.setdefault(index, []).append(tuple(self.env[name] for name in node.exports))
+
+    def _share_step_outputs(self, node: NodeProgram) -> None:
+        """A recomputation makes the step's outputs again, with the same values. Exported ones (BatchNorm's new
+        running statistics, which its backward reads) are swapped for the first run's tensors: the plan counts
+        those once, in the fixed memory, and the new ones die with the node, as its recompute workspace says."""
+        for buffer, update in node.buffer_updates:
+            if update in node.exports:
+                self.env[update] = self.buffer_updates[buffer]
+        if node.loss is not None and node.loss in node.exports:
+            self.env[node.loss] = self.loss
 
     def _evaluate(self, node: NodeProgram, stage: int, first: bool) -> None:
         try:

@@ -15,9 +15,9 @@ at once and uncounted by a weakref finalizer when it dies, so the peak is exact 
 baseline: it includes the caching allocator's rounding to 512-byte blocks and library workspaces
 (cuDNN, cuBLAS), which the plan does not model, so there it can exceed the plan's peak.
 
-Values computed inside a node and not exported are alive while the node runs; the plan counts them as
-the node's workspace. One measured effect the plan does not model: a gradient accumulated into an
-existing `.grad` is alive beside it until it has been added.
+Values computed inside a node and not exported are alive while the node runs, and a gradient accumulated
+into an existing `.grad` is alive beside it until it has been added; the plan counts both in the node's
+workspace.
 """
 
 from __future__ import annotations
