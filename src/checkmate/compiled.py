@@ -287,6 +287,7 @@ class CompiledStep:
                 gradients.finish()
                 _write_buffers(buffers, outputs.buffer_updates)
             self._measured_peak[self._current] = meter.peak_bytes
+            _check_measured_peak(meter.peak_bytes, compiled.plan, device)
         else:
             outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
             gradients.finish()
@@ -340,6 +341,28 @@ class CompiledStep:
         self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule)
         self._measured_peak.pop(self._current, None)
         return plan
+
+
+def _check_measured_peak(measured: int, plan: Plan, device: torch.device) -> None:
+    """Warn when a step held more than its plan said: the budget is checked at run time, not only assumed."""
+    if measured <= plan.peak_memory:
+        return
+    over = f"by {format_bytes(measured - plan.peak_memory)}"
+    budget = "" if plan.budget is None else f"; the budget is {format_bytes(plan.budget)}"
+    cause = (
+        "CUDA counts allocator rounding and library workspaces, which the plan does not model; leave headroom in the "
+        "budget"
+        if device.type == "cuda"
+        else "the memory model missed something here; please report the model"
+    )
+    log.warning(
+        "the step's measured peak %s is above the plan's %s %s%s (%s)",
+        format_bytes(measured),
+        format_bytes(plan.peak_memory),
+        over,
+        budget,
+        cause,
+    )
 
 
 class _GradientSink:

@@ -6,6 +6,7 @@ peaks are measured by the live-storage meter while each step runs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -202,3 +203,27 @@ def test_budget_forms() -> None:
     for bad in (1.5, 0.0, True):
         with pytest.raises(ValueError):
             resolve_budget(bad, 1000)
+
+
+def test_a_measured_peak_above_the_plan_is_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The budget is checked at run time: a step that held more than its plan said logs a warning with both peaks."""
+    model, loss_fn, batch = zoo.mlp(batch=8)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit", measure_memory="every"
+    )
+    step(*batch)
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+    real_measure = checkmate.compiled.measure_peak
+
+    @contextlib.contextmanager
+    def overshooting(device: Any, baseline: Any) -> Iterator[Any]:
+        with real_measure(device, baseline) as meter:
+            yield meter
+        meter.peak_bytes = step.plan.peak_memory + 4096
+
+    monkeypatch.setattr(checkmate.compiled, "measure_peak", overshooting)
+    step(*batch)
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "above the plan's" in warnings[0] and "by 4.00 KiB" in warnings[0], warnings
