@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
-from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution, moment_usage
+from checkmate.milp.formulation import decode, encode, encode_solution, moment_usage
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.milp.scaling import memory_scale, relaxed_scale
 from checkmate.units import format_bytes
@@ -87,14 +87,15 @@ def minimum_budget(
     floor = activation_floor(graph)
     scale = memory_scale(graph)
     problem, index = encode(graph, np.inf, scale)
-    peak_problem = _min_peak_problem(problem, index)
+    usage = moment_usage(index)
+    peak_problem = _min_peak_problem(problem, usage)
     start_plan = lowest_peak_baseline(graph)
     if start_plan is not None and start_plan.peak_memory <= floor:
         return BudgetRange(lower=floor, upper=start_plan.peak_memory)
     start = None
     if start_plan is not None:
         x = encode_solution(graph, index, start_plan.R, start_plan.S)
-        start = np.append(x, (moment_usage(index) @ x).max())
+        start = np.append(x, (usage @ x).max())
     options = SolveOptions(time_limit=time_limit, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
     upper = None if start_plan is None else start_plan.peak_memory
@@ -108,9 +109,8 @@ def minimum_budget(
     return BudgetRange(lower=min(lower, upper) if upper is not None else lower, upper=upper)
 
 
-def _min_peak_problem(problem: MilpProblem, index: VariableIndex) -> MilpProblem:
-    """Append a peak variable P >= U[t, k] + W_k R[t, k] (every moment's usage) and minimise P, not the cost."""
-    usage = moment_usage(index)
+def _min_peak_problem(problem: MilpProblem, usage: sp.csr_array) -> MilpProblem:
+    """Append a peak variable P >= U[t, k] + W_k R[t, k] (every moment's `usage` row) and minimise P, not the cost."""
     n = problem.num_variables
     peak_rows = sp.hstack([usage, sp.csc_array(-np.ones((usage.shape[0], 1)))])
     widened = sp.hstack([problem.A, sp.csc_array((problem.num_constraints, 1))])

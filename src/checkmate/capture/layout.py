@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -64,9 +64,11 @@ def build_layout(
     order = {node.name: index for index, node in enumerate(module.graph.nodes)}
     exports, inputs = _edges(groups, group_of, nodes_by_name)
     owners = find_owners(module.graph)
-    excluded = _excluded_storages(module, owners.table, fixed_outputs)
-    held = _excluded_storages(module, owners.table, fixed_outputs - gradients)
-    sources = _excluded_storages(module, owners.table, frozenset())
+    sources = _storages_of(
+        (node.name for node in module.graph.nodes if node.op in ("placeholder", "get_attr")), owners.table
+    )
+    held = sources | _storages_of(fixed_outputs - gradients, owners.table)
+    excluded = held | _storages_of(gradients, owners.table)
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
@@ -122,21 +124,15 @@ def is_random(node: torch.fx.Node) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
-def _excluded_storages(
-    module: torch.fx.GraphModule, table: StorageTable, fixed_outputs: frozenset[str]
-) -> dict[StorageKey, int]:
-    excluded: dict[StorageKey, int] = {}
-    for node in module.graph.nodes:
-        if node.op in ("placeholder", "get_attr") or node.name in fixed_outputs:
-            excluded.update(table.storages(node.name))
-    return excluded
+def _storages_of(names: Iterable[str], table: StorageTable) -> dict[StorageKey, int]:
+    storages: dict[StorageKey, int] = {}
+    for name in names:
+        storages.update(table.storages(name))
+    return storages
 
 
 def _export_bytes(values: set[str], table: StorageTable, excluded: dict[StorageKey, int]) -> int:
-    storages: dict[StorageKey, int] = {}
-    for value in values:
-        storages.update(table.storages(value))
-    return sum(size for key, size in storages.items() if key not in excluded)
+    return sum(size for key, size in _storages_of(values, table).items() if key not in excluded)
 
 
 def _running_peak(

@@ -115,14 +115,15 @@ def measure_eager_step(
     model.zero_grad(set_to_none=True)
     state = [*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(batch))]
     preexisting = _distinct_bytes(state)
-    meter = LiveStorageMeter(_meter_inputs(state))
+    inputs = [tensor for tensor in state if isinstance(tensor, torch.Tensor)]
+    meter = LiveStorageMeter(inputs)
     with meter:
         loss_fn(model, *batch).backward()
     gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
     meter._forget_freed()
     gradient_keys = meter.serials(gradients)
     gradient_bytes = _distinct_bytes(gradients)
-    accumulating = LiveStorageMeter([*_meter_inputs(state), *gradients])
+    accumulating = LiveStorageMeter([*inputs, *gradients])
     with accumulating:
         loss_fn(model, *batch).backward()
     del gradients
@@ -137,10 +138,6 @@ def measure_eager_step(
         step_seconds=statistics.median(timings) if timings else 0.0,
         fastest_step_seconds=min(timings, default=0.0),
     )
-
-
-def _meter_inputs(values: Sequence[Any]) -> list[torch.Tensor]:
-    return [value for value in values if isinstance(value, torch.Tensor)]
 
 
 def _timed_step(model: nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Sequence[Any]) -> float:
