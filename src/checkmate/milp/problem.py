@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,9 @@ class SolveOptions:
         threads: solver threads, or None for the solver's default.
         verbose: print the solver's own log.
         seed: the solver's random seed.
+        on_progress: called during a MIP solve with (incumbent objective or None, proven bound or None), in the
+            problem's own objective, whenever either improves (and now and then otherwise).
+        should_stop: polled during a MIP solve; when it returns True the solver stops and returns its incumbent.
     """
 
     time_limit: float | None = None
@@ -95,6 +99,8 @@ class SolveOptions:
     threads: int | None = None
     verbose: bool = False
     seed: int = 0
+    on_progress: Callable[[float | None, float | None], None] | None = None
+    should_stop: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

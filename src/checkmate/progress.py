@@ -1,0 +1,145 @@
+"""Long solves: one clock for the whole call, progress reports, and a polite stop (Ctrl-C).
+
+A strategy that searches (optimal, approx) receives a `SearchControl`. It asks the control how much time is
+left before each phase, reports what it has (best cost, proven bound) as it goes, and stops early, returning the
+best plan so far, once `stopped` is true. `checkmate.solve` builds the control from `time_limit` and `progress`,
+and while it runs (in the main thread) the first Ctrl-C sets `stopped` instead of raising KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+# Report to the log at most this often (seconds); every improvement of the cost or bound is reported at once.
+LOG_INTERVAL = 5.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A snapshot of a search.
+
+    Attributes:
+        elapsed: seconds since the call started.
+        phase: what the search is doing (for example "baselines", "LP bound", "coarse MILP", "refine").
+        best_cost: the cost of the best plan found so far for the graph given, or None.
+        bound: the best lower bound proven so far for the graph given, or None.
+        time_limit: seconds allowed for the whole call, or None.
+    """
+
+    elapsed: float
+    phase: str
+    best_cost: float | None = None
+    bound: float | None = None
+    time_limit: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """(best_cost - bound) / best_cost, when both are known."""
+        if self.best_cost is None or self.bound is None:
+            return None
+        return max(0.0, (self.best_cost - self.bound) / self.best_cost) if self.best_cost > 0 else 0.0
+
+    def describe(self) -> str:
+        """One line: elapsed, phase, best, bound and gap."""
+        parts = [f"{self.elapsed:6.1f} s", self.phase]
+        if self.best_cost is not None:
+            parts.append(f"best {self.best_cost:.6g}")
+        if self.bound is not None:
+            parts.append(f"bound {self.bound:.6g}")
+        if self.gap is not None:
+            parts.append(f"gap {100 * self.gap:.2f}%")
+        return ", ".join(parts)
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class SearchControl:
+    """The clock, the progress sink and the stop flag of one search (mutable: it tracks the best so far).
+
+    Attributes:
+        time_limit: seconds for the whole call, or None.
+        callback: called with every Progress, or None.
+        started: time.perf_counter() at the start of the call.
+    """
+
+    time_limit: float | None = None
+    callback: ProgressCallback | None = None
+    started: float = field(default_factory=time.perf_counter)
+    best_cost: float | None = None
+    bound: float | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _last_log: float = -float("inf")
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or None without a limit."""
+        return None if self.time_limit is None else max(0.0, self.time_limit - self.elapsed)
+
+    def share(self, fraction: float, *, minimum: float = 0.0) -> float | None:
+        """`fraction` of the time left (at least `minimum`, at most what is left), or None without a limit."""
+        left = self.remaining()
+        return None if left is None else min(left, max(minimum, fraction * left))
+
+    @property
+    def stopped(self) -> bool:
+        """True once the time is up or a stop was requested (Ctrl-C): return the best plan so far."""
+        left = self.remaining()
+        return self._stop.is_set() or (left is not None and left <= 0.0)
+
+    @property
+    def interrupted(self) -> bool:
+        """True when a stop was requested (not merely the time limit reached)."""
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def report(self, phase: str, *, cost: float | None = None, bound: float | None = None) -> None:
+        """Record a plan's cost and a proven bound (both for the graph given), and pass the snapshot on."""
+        improved = False
+        if cost is not None and (self.best_cost is None or cost < self.best_cost):
+            self.best_cost, improved = cost, True
+        if bound is not None and (self.bound is None or bound > self.bound):
+            self.bound, improved = bound, True
+        snapshot = Progress(self.elapsed, phase, self.best_cost, self.bound, self.time_limit)
+        if improved or snapshot.elapsed - self._last_log >= LOG_INTERVAL:
+            self._last_log = snapshot.elapsed
+            log.info("%s", snapshot.describe())
+        if self.callback is not None:
+            self.callback(snapshot)
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(control: SearchControl) -> Iterator[None]:
+    """While inside, the first Ctrl-C asks `control` to stop (the search returns its best plan); a second one
+    raises KeyboardInterrupt as usual. Outside the main thread signals cannot be caught, and nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        if control.interrupted:
+            raise KeyboardInterrupt
+        log.warning("interrupted: finishing with the best plan so far (Ctrl-C again to abort)")
+        control.request_stop()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
