@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from checkmate.graph import Graph
 from checkmate.simulate import lower
@@ -135,3 +136,32 @@ def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:
                     row[u] = True
                     heapq.heappush(pending, -u)
     return R
+
+
+def prune_checkpoints(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop held values that no node of the stage reads and that are not held further, then take the cheapest R.
+
+    Such a value only occupies memory until the stage ends (and may force a computation in the stage before), so
+    dropping it never raises the cost or the peak. Repeats until nothing more can be dropped.
+
+    Returns:
+        (R, S), bool[T, T], valid when the input plan is.
+    """
+    S = S.astype(bool).copy()
+    R = R.astype(bool)
+    T = graph.size
+    edges = graph.edges
+    reads = sp.csr_array((np.ones(len(edges)), (edges[:, 1], edges[:, 0])), shape=(T, T))
+    while True:
+        read = (sp.csr_array(R.astype(np.float64)) @ reads).toarray() > 0
+        changed = False
+        held_later = np.zeros(T, dtype=bool)
+        for t in range(T - 1, 0, -1):
+            unused = S[t] & ~read[t] & ~held_later
+            if unused.any():
+                S[t] &= ~unused
+                changed = True
+            held_later = S[t]
+        if not changed:
+            return R, S
+        R = cheapest_r(graph, S)
