@@ -1,0 +1,282 @@
+"""Benchmark graph set: large op-level training graphs for the solver benchmark, as gzip-compressed JSON.
+
+Each model below is built from its config with random weights (no downloads), captured with
+`checkmate.capture(model, loss_fn, batch, cost_model="flops")` on fake tensors, and its planning graph
+written with `Graph.to_json()` to `<out>/<name>.json.gz` (default `benchmarks/graphs/`). Load one with
+`checkmate.Graph.from_json(gzip.open(path, "rt").read())`.
+
+* `resnet50`: Hugging Face `ResNetForImageClassification(ResNetConfig())` with 1000 labels (ResNet-50),
+  batch 32, 128x128 images, cross-entropy over 1000 classes.
+* `gpt2`: GPT-2 small, `GPT2LMHeadModel(GPT2Config(tie_word_embeddings=False, use_cache=False))` (12 layers,
+  d 768, dropout 0.1 as in the config), batch 4 x 256 tokens, next-token cross-entropy. The output layer is
+  untied from the token embedding: with it tied, the trace names a parameter `lm_head.weight` that
+  `model.named_parameters()` does not have (the "profile" cost model fails with KeyError 'lm_head.weight', and
+  the "flops" graph counts the shared weight and its gradient twice in the fixed memory).
+  The causal mask is passed as a prepared 4-D boolean `attention_mask` (part of the batch): without it,
+  transformers' mask code tests `(packed_sequence_mask[:, -1] == 0).all()` on a value, which capture rejects
+  as data-dependent control flow (aten._local_scalar_dense); a 2-D mask fails the same way (`padding_mask.all()`).
+* `vit`: `ViTForImageClassification(ViTConfig())` with 1000 labels (ViT-Base/16, 224x224), batch 8,
+  cross-entropy over 1000 classes.
+* `bert`: BERT-base `BertForSequenceClassification(BertConfig())` (2 labels, dropout 0.1 as in the config),
+  batch 8 x 128 tokens. `BertForMaskedLM` fails in capture: its `cls.predictions.bias` gets no gradient, and
+  AOTAutograd asserts "Found a parameter that did not receive a gradient".
+* `unet`: the classic U-Net defined here (4 down levels of two 3x3 conv + BatchNorm + ReLU, base width 64,
+  2x2 max-pool, 2x2 transposed-conv up path with skip concatenation, 1x1 head), batch 4 at 416x608 as in
+  the Checkmate paper, per-pixel cross-entropy over 2 classes.
+* `vgg16`: `checkmate.zoo.vgg16(batch=64, image_size=224)`.
+* `zoo_gpt`: `checkmate.zoo.gpt` at a GPT-2-small-like size (12 layers, d 768, 12 heads, 256 tokens,
+  vocab 50257, batch 4).
+
+It prints one row per graph: planning nodes, forward nodes, edges, the `checkpoint_all` peak, the fixed
+memory and the capture time. A model that fails to capture is reported with its error and skipped.
+
+    .venv/bin/python benchmarks/graph_set.py                 # all graphs
+    .venv/bin/python benchmarks/graph_set.py --only gpt2,vit --out /tmp/graphs
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+import checkmate
+from checkmate import zoo
+
+Factory = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "graphs"
+
+
+def _images(batch: int, height: int, width: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    images = torch.randn(batch, 3, height, width, generator=generator)
+    labels = torch.randint(0, classes, (batch,), generator=generator)
+    return images, labels
+
+
+def _tokens(batch: int, length: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and next-token targets, both (batch, length)."""
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, vocab, (batch, length + 1), generator=generator)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def logits_loss(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of a Hugging Face model's `.logits` (images or tokens in, class or token labels out)."""
+    logits = model(inputs).logits
+    return functional.cross_entropy(logits.flatten(0, -2), labels.flatten())
+
+
+def resnet50() -> Factory:
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    torch.manual_seed(0)
+    config = ResNetConfig()
+    config.num_labels = 1000
+    model = ResNetForImageClassification(config).train()
+    return model, logits_loss, _images(32, 128, 128, 1000)
+
+
+def causal_language_model_loss(
+    model: nn.Module, tokens: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Next-token cross-entropy of a Hugging Face causal LM given a prepared 4-D attention mask."""
+    logits = model(tokens, attention_mask=mask).logits
+    return functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def gpt2() -> Factory:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(use_cache=False, tie_word_embeddings=False)
+    model = GPT2LMHeadModel(config).train()
+    batch, length = 4, 256
+    tokens, targets = _tokens(batch, length, config.vocab_size)
+    mask = torch.ones(length, length, dtype=torch.bool).tril().expand(batch, 1, length, length).contiguous()
+    return model, causal_language_model_loss, (tokens, mask, targets)
+
+
+def vit() -> Factory:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig()
+    config.num_labels = 1000
+    model = ViTForImageClassification(config).train()
+    return model, logits_loss, _images(8, 224, 224, 1000)
+
+
+def bert() -> Factory:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig()
+    config.num_labels = 2
+    model = BertForSequenceClassification(config).train()
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, config.vocab_size, (8, 128), generator=generator)
+    labels = torch.randint(0, 2, (8,), generator=generator)
+    return model, logits_loss, (tokens, labels)
+
+
+def _double_conv(channels_in: int, channels_out: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(channels_in, channels_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(channels_out),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(channels_out, channels_out, 3, padding=1, bias=False),
+        nn.BatchNorm2d(channels_out),
+        nn.ReLU(inplace=True),
+    )
+
+
+class UNet(nn.Module):
+    """The classic U-Net (Ronneberger et al. 2015, with same-padding and BatchNorm).
+
+    Widths 64, 128, 256, 512 on the way down, a 1024-wide bottleneck after the fourth max-pool, then four
+    transposed-conv upsamplings each concatenated with the matching skip and followed by two conv layers.
+    """
+
+    def __init__(self, classes: int = 2, width: int = 64, levels: int = 4) -> None:
+        super().__init__()
+        widths = [width * 2**level for level in range(levels + 1)]
+        self.down = nn.ModuleList()
+        channels = 3
+        for out in widths[:-1]:
+            self.down.append(_double_conv(channels, out))
+            channels = out
+        self.bottleneck = _double_conv(channels, widths[-1])
+        self.upsample = nn.ModuleList()
+        self.up = nn.ModuleList()
+        for out in reversed(widths[:-1]):
+            self.upsample.append(nn.ConvTranspose2d(2 * out, out, 2, stride=2))
+            self.up.append(_double_conv(2 * out, out))
+        self.head = nn.Conv2d(width, classes, 1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        skips = []
+        hidden = images
+        for block in self.down:
+            hidden = block(hidden)
+            skips.append(hidden)
+            hidden = functional.max_pool2d(hidden, 2)
+        hidden = self.bottleneck(hidden)
+        for upsample, block, skip in zip(self.upsample, self.up, reversed(skips), strict=True):
+            hidden = block(torch.cat([skip, upsample(hidden)], dim=1))
+        return self.head(hidden)
+
+
+def segmentation_loss(model: nn.Module, images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Per-pixel cross-entropy."""
+    return functional.cross_entropy(model(images), masks)
+
+
+def unet() -> Factory:
+    torch.manual_seed(0)
+    model = UNet().train()
+    generator = torch.Generator().manual_seed(1)
+    images = torch.randn(4, 3, 416, 608, generator=generator)
+    masks = torch.randint(0, 2, (4, 416, 608), generator=generator)
+    return model, segmentation_loss, (images, masks)
+
+
+def vgg16() -> Factory:
+    return zoo.vgg16(batch=64, image_size=224)
+
+
+def zoo_gpt() -> Factory:
+    return zoo.gpt(batch=4, length=256, dim=768, heads=12, layers=12, vocab=50257)
+
+
+MODELS: dict[str, Callable[[], Factory]] = {
+    "resnet50": resnet50,
+    "gpt2": gpt2,
+    "vit": vit,
+    "bert": bert,
+    "unet": unet,
+    "vgg16": vgg16,
+    "zoo_gpt": zoo_gpt,
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    nodes: int
+    forward: int
+    edges: int
+    peak: int
+    fixed: int
+    seconds: float
+    file_bytes: int
+
+
+def capture_one(name: str, out: Path) -> Row:
+    """Build, capture and write one graph; check that the file reads back as the same graph."""
+    model, loss_fn, batch = MODELS[name]()
+    started = time.perf_counter()
+    graph = checkmate.capture(model, loss_fn, batch, cost_model="flops").graph
+    seconds = time.perf_counter() - started
+    path = out / f"{name}.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as file:
+        file.write(graph.to_json())
+    with gzip.open(path, "rt", encoding="utf-8") as file:
+        if checkmate.Graph.from_json(file.read()) != graph:
+            raise RuntimeError(f"{path} does not read back as the graph written")
+    return Row(
+        name=name,
+        nodes=graph.size,
+        forward=int((~graph.is_backward).sum()),
+        edges=len(graph.edges),
+        peak=checkmate.solve(graph, None).peak_memory,
+        fixed=graph.fixed_memory,
+        seconds=seconds,
+        file_bytes=path.stat().st_size,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help=f"comma-separated names among {', '.join(MODELS)}")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default benchmarks/graphs)")
+    arguments = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    names = list(MODELS) if arguments.only is None else [name.strip() for name in arguments.only.split(",")]
+    unknown = [name for name in names if name not in MODELS]
+    if unknown:
+        parser.error(f"unknown model {', '.join(unknown)}; choose among {', '.join(MODELS)}")
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    failures: list[tuple[str, str]] = []
+    for name in names:
+        try:
+            rows.append(capture_one(name, arguments.out))
+        except Exception as error:
+            traceback.print_exc()
+            failures.append((name, f"{type(error).__name__}: {error}"))
+        print(f"done: {name}", flush=True)
+    print()
+    print("| graph | nodes | forward nodes | edges | checkpoint_all peak | fixed memory | capture | file |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row.name} | {row.nodes} | {row.forward} | {row.edges} | {checkmate.format_bytes(row.peak)} | "
+            f"{checkmate.format_bytes(row.fixed)} | {row.seconds:.1f} s | {checkmate.format_bytes(row.file_bytes)} |"
+        )
+    for name, message in failures:
+        print(f"\nFAILED {name}: {message}")
+
+
+if __name__ == "__main__":
+    main()
