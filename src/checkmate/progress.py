@@ -19,7 +19,7 @@ from types import FrameType
 
 log = logging.getLogger(__name__)
 
-# Report to the log at most this often (seconds); every improvement of the cost or bound is reported at once.
+# Report to the log when the phase changes, and otherwise at most this often (seconds).
 LOG_INTERVAL = 5.0
 
 
@@ -79,7 +79,9 @@ class SearchControl:
     best_cost: float | None = None
     bound: float | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _logs: bool = True
     _last_log: float = -float("inf")
+    _last_phase: str = ""
 
     @property
     def elapsed(self) -> float:
@@ -108,16 +110,32 @@ class SearchControl:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def child(self, time_limit: float | None, *, reports: bool = True) -> SearchControl:
+        """A clock for one phase: at most `time_limit` seconds (and no longer than this control has left), stopped
+        with this control. With `reports`, what it reports goes to this control's callback; without, nowhere (for
+        phases whose costs and bounds are not those of the graph the caller plans, such as a coarse graph's).
+        """
+        left = self.remaining()
+        limits = [limit for limit in (time_limit, left) if limit is not None]
+        return SearchControl(
+            time_limit=min(limits) if limits else None,
+            callback=self._forward if reports else None,
+            _stop=self._stop,
+            _logs=False,
+        )
+
+    def _forward(self, snapshot: Progress) -> None:
+        self.report(snapshot.phase, cost=snapshot.best_cost, bound=snapshot.bound)
+
     def report(self, phase: str, *, cost: float | None = None, bound: float | None = None) -> None:
         """Record a plan's cost and a proven bound (both for the graph given), and pass the snapshot on."""
-        improved = False
         if cost is not None and (self.best_cost is None or cost < self.best_cost):
-            self.best_cost, improved = cost, True
+            self.best_cost = cost
         if bound is not None and (self.bound is None or bound > self.bound):
-            self.bound, improved = bound, True
+            self.bound = bound
         snapshot = Progress(self.elapsed, phase, self.best_cost, self.bound, self.time_limit)
-        if improved or snapshot.elapsed - self._last_log >= LOG_INTERVAL:
-            self._last_log = snapshot.elapsed
+        if self._logs and (phase != self._last_phase or snapshot.elapsed - self._last_log >= LOG_INTERVAL):
+            self._last_log, self._last_phase = snapshot.elapsed, phase
             log.info("%s", snapshot.describe())
         if self.callback is not None:
             self.callback(snapshot)

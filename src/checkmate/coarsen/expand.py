@@ -7,10 +7,10 @@ Coarse stage b becomes the full stages of block b's members, start_b ... stop_b 
   or computes, and block b's own members before t) when a member of block b at t or later reads it, or when it is
   held into the next coarse stage.
 R is then the cheapest for those checkpoints (`cheapest_r`), and held values that the stage does not read are
-dropped (`prune_checkpoints`; the coarse plan frees a block after its last reader in the stage): the recomputations of coarse stage b happen in full
-stage start_b, in index order as in the coarse stage, and only the members that are needed are recomputed. The
-expanded plan therefore costs no more than the coarse plan, and (the coarse memory being conservative, see
-`coarse_graph`) peaks no higher; `expand_plan` simulates it all the same.
+dropped (`prune_checkpoints`; the coarse plan frees a block after its last reader in the stage): the
+recomputations of coarse stage b happen in full stage start_b, in index order as in the coarse stage, and only the
+members that are needed are recomputed. The expanded plan therefore costs no more than the coarse plan, and (the
+coarse memory being conservative, see `coarse_graph`) peaks no higher; `expand_plan` simulates it all the same.
 """
 
 from __future__ import annotations
