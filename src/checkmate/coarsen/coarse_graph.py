@@ -2,8 +2,8 @@
 
 Block b becomes one node:
 * cost: the sum of its members' costs;
-* memory: the bytes of its *exported* members (those read by a node of another block). Holding the block holds
-  all of them; a plan on the full graph holds a subset;
+* memory: the bytes of its *exported* members (those read by a node of another block, or by none: a sink's
+  output lives until its stage ends). Holding the block holds all of them; a plan on the full graph holds a subset;
 * inputs: the blocks its members read;
 * workspace: what the block holds while it runs beyond its inputs and memory. Replaying the members in order,
   the moment member m runs holds the exported members up to m, the internal members still to be read, and m's own
@@ -33,7 +33,7 @@ class Coarsening:
         graph: the full graph.
         partition: its blocks of consecutive nodes.
         coarse: one node per block (see the module doc).
-        exported: bool[n], nodes read by a node of another block.
+        exported: bool[n], nodes read by a node of another block, or by none.
     """
 
     graph: Graph
@@ -51,6 +51,7 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
     exported = np.zeros(graph.size, dtype=bool)
     crossing = block_of[edges[:, 0]] != block_of[edges[:, 1]]
     exported[edges[crossing, 0]] = True
+    exported[[node for node, users in enumerate(graph.users) if not users]] = True
     nodes = [_block_node(graph, partition, block, exported) for block in range(partition.num_blocks)]
     return Coarsening(graph, partition, Graph(tuple(nodes), fixed_memory=graph.fixed_memory), exported)
 

@@ -27,7 +27,7 @@ from checkmate.graph import Graph
 
 log = logging.getLogger(__name__)
 
-TIER_WEIGHTS = (1.0, 2.0, 4.0, 1e6)
+TIER_WEIGHTS = (1.0, 2.0, 4.0, 1e200)  # the last: merge across phases only when nothing else is left
 _EPSILON = 1e-12
 
 
@@ -80,27 +80,40 @@ def choose_partition(graph: Graph, max_blocks: int) -> Partition:
     starts = list(range(graph.size))
     stops = [index + 1 for index in range(graph.size)]
     costs = [float(cost) for cost in graph.costs]
+    sizes = [float(size) for size in graph.memory]
+    size_scale = max(float(graph.memory.sum()) / max_blocks, 1.0)
     backward = [bool(flag) for flag in graph.is_backward]
     read_by = [set(users) for users in graph.users]
-    scores = np.array([_score(k, stops, costs, backward, read_by) for k in range(graph.size - 1)])
+    scores = np.array([_score(k, stops, costs, sizes, size_scale, backward, read_by) for k in range(graph.size - 1)])
     while len(starts) > max_blocks:
         k = int(np.argmin(scores))
         stops[k] = stops.pop(k + 1)
         costs[k] += costs.pop(k + 1)
-        backward[k] = backward[k] and backward.pop(k + 1)
+        sizes[k] += sizes.pop(k + 1)
+        right_backward = backward.pop(k + 1)
+        backward[k] = backward[k] and right_backward
         merged = read_by[k] | read_by.pop(k + 1)
         read_by[k] = {user for user in merged if user >= stops[k]}
         starts.pop(k + 1)
         scores = np.delete(scores, k)
         for pair in (k - 1, k):
             if 0 <= pair < len(starts) - 1:
-                scores[pair] = _score(pair, stops, costs, backward, read_by)
+                scores[pair] = _score(pair, stops, costs, sizes, size_scale, backward, read_by)
     log.info("partitioned %d nodes into %d blocks", graph.size, len(starts))
     return Partition(tuple(starts), graph.size)
 
 
-def _score(k: int, stops: list[int], costs: list[float], backward: list[bool], read_by: list[set[int]]) -> float:
-    """How much merging blocks k and k + 1 costs the plan: their combined cost, weighted by the merge's tier."""
+def _score(
+    k: int,
+    stops: list[int],
+    costs: list[float],
+    sizes: list[float],
+    size_scale: float,
+    backward: list[bool],
+    read_by: list[set[int]],
+) -> float:
+    """How much merging blocks k and k + 1 costs the plan: their combined cost, weighted by the merge's tier and
+    by their combined size (a large block is held or dropped whole, and counted conservatively)."""
     same_phase = backward[k] == backward[k + 1]
     readers = read_by[k]
     right_stop = stops[k + 1]
@@ -110,4 +123,4 @@ def _score(k: int, stops: list[int], costs: list[float], backward: list[bool], r
         tier = 1
     else:
         tier = 2 if same_phase else 3
-    return TIER_WEIGHTS[tier] * (costs[k] + costs[k + 1] + _EPSILON)
+    return TIER_WEIGHTS[tier] * (costs[k] + costs[k + 1] + _EPSILON) * (1.0 + (sizes[k] + sizes[k + 1]) / size_scale)
