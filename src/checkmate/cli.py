@@ -8,6 +8,10 @@
 
 Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
 exit with status 2.
+
+While a searching method (optimal, approx) runs for more than two seconds, a status line on stderr (a terminal only)
+shows the elapsed time, the phase, the best cost, the bound and the gap; Ctrl-C stops the search and the command
+goes on with the best plan found so far (a second Ctrl-C aborts).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from checkmate.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.errors import CheckmateError, InvalidGraph
 from checkmate.graph import Graph
+from checkmate.progress_display import ProgressDisplay
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
 from checkmate.units import format_bytes
@@ -109,6 +114,11 @@ def _method_options(arguments: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _progress(method: str, display: ProgressDisplay) -> dict[str, Any]:
+    """{"progress": display} for a method that reports progress (a search: optimal, approx), else {}."""
+    return accepted_options(method, {"progress": display})
+
+
 def _load_graph(path: Path) -> Graph:
     graph = Graph.from_json(path.read_text())
     if graph.size == 0:
@@ -121,7 +131,10 @@ def _solve(arguments: argparse.Namespace) -> int:
     options = _method_options(arguments)
     if "time_limit" not in accepted_options(arguments.method, {"time_limit": None}):
         options.pop("time_limit", None)  # --time-limit applies only to the methods that run a solver
-    plan = solve(graph, arguments.budget, method=arguments.method, **options)
+    with ProgressDisplay() as display:
+        options.update(_progress(arguments.method, display))
+        plan = solve(graph, arguments.budget, method=arguments.method, **options)
+    display.summarize(plan)
     reference = solve(graph, None, method=REFERENCE)
     print(f"method:   {plan.method} ({plan.status}, {plan.solve_time:.2f} s)")
     overhead = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
@@ -151,7 +164,8 @@ def _methods(arguments: argparse.Namespace) -> int:
 def _compare(arguments: argparse.Namespace) -> int:
     graph = _load_graph(arguments.graph)
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
-    rows = compare(graph, arguments.budget, methods, options=_method_options(arguments))
+    with ProgressDisplay() as display:
+        rows = compare(graph, arguments.budget, methods, options={**_method_options(arguments), "progress": display})
     print(format_table(rows))
     return 0
 
@@ -164,7 +178,8 @@ def _sweep(arguments: argparse.Namespace) -> int:
         raise ValueError("sweep chooses its own budgets; use --points instead of --budget")
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     budgets = budget_grid(graph, arguments.points)
-    points = sweep(graph, budgets, methods, options=_method_options(arguments))
+    with ProgressDisplay() as display:
+        points = sweep(graph, budgets, methods, options={**_method_options(arguments), "progress": display})
     names = list(dict.fromkeys(point.row.method for point in points))
     print("budget".ljust(14) + "".join(name.rjust(max(len(name), 9) + 2) for name in names))
     for budget in budgets:

@@ -1,4 +1,14 @@
-"""HiGHS through highspy: the model is passed as CSC arrays in one call."""
+"""HiGHS through highspy: the model is passed as CSC arrays in one call.
+
+Progress and stopping (`SolveOptions.on_progress` / `should_stop`) go through highspy's callbacks. During branch and
+bound, HiGHS calls the MIP interrupt callback every few tenths of a second (it is where `should_stop` is polled and
+where the primal and dual bounds are reported, at most once a second) and the improving-solution callback at each
+new incumbent (reported at once). HiGHS calls no callback while it presolves or solves the root LP relaxation of a
+MIP, so a stop asked then takes effect when branch and bound starts (or at `time_limit`). A pure LP polls
+`should_stop` from the simplex and IPM interrupt callbacks (once per iteration, checked every 50 ms). An exception
+raised by a hook (KeyboardInterrupt included) stops the solve and is raised again once HiGHS has returned: HiGHS
+would otherwise swallow it and report a solve error.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -41,10 +51,106 @@ class HighsBackend:
         is_mip = bool(problem.integer.any())
         if start is not None and is_mip:
             highs.setSolution(_solution_of(highspy, start))
+        hooks = _Hooks(options.on_progress, options.should_stop)
+        hooks.attach(highs, is_mip)
         started = time.perf_counter()
         highs.run()
         elapsed = time.perf_counter() - started
+        hooks.raise_if_failed()
         return _read_result(highspy, highs, is_mip, elapsed)
+
+
+# Report the bounds from the MIP interrupt callback at most this often (seconds); a new incumbent is reported at once.
+PROGRESS_INTERVAL = 1.0
+# Poll should_stop from the per-iteration LP interrupt callbacks at most this often (seconds).
+LP_POLL_INTERVAL = 0.05
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
+class _Hooks:
+    """SolveOptions.on_progress and should_stop wired to highspy's callbacks (subscribed only when given).
+
+    An exception raised by a hook is kept, the solve is interrupted at the next interrupt callback, and
+    `raise_if_failed` raises it once `run()` has returned.
+    """
+
+    def __init__(
+        self,
+        on_progress: Callable[[float | None, float | None], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        self.error: BaseException | None = None
+        self.stop = False
+        self.last_report = -float("inf")
+        self.last_poll = -float("inf")
+
+    def attach(self, highs: Any, is_mip: bool) -> None:
+        if is_mip:
+            if self.on_progress is not None:
+                highs.cbMipImprovingSolution += self._improving_solution
+            if self.on_progress is not None or self.should_stop is not None:
+                highs.cbMipInterrupt += self._mip_interrupt
+        elif self.should_stop is not None:
+            highs.cbSimplexInterrupt += self._lp_interrupt
+            highs.cbIpmInterrupt += self._lp_interrupt
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+        self.stop = True
+
+    def _improving_solution(self, event: Any) -> None:
+        if self.stop or self.on_progress is None:
+            return
+        try:
+            data = event.data_out
+            self.on_progress(_finite(data.objective_function_value), _finite(data.mip_dual_bound))
+            self.last_report = time.perf_counter()
+        except BaseException as error:  # re-raised after run(); HiGHS would swallow it
+            self._fail(error)
+
+    def _mip_interrupt(self, event: Any) -> None:
+        if not self.stop:
+            try:
+                if self.on_progress is not None:
+                    now = time.perf_counter()
+                    if now - self.last_report >= PROGRESS_INTERVAL:
+                        data = event.data_out
+                        incumbent, bound = _finite(data.mip_primal_bound), _finite(data.mip_dual_bound)
+                        if incumbent is not None or bound is not None:
+                            self.last_report = now
+                            self.on_progress(incumbent, bound)
+                if self.should_stop is not None and self.should_stop():
+                    log.info("HiGHS: stop requested; returning the incumbent")
+                    self.stop = True
+            except BaseException as error:  # re-raised after run(); HiGHS would swallow it
+                self._fail(error)
+        if self.stop:
+            event.interrupt()
+
+    def _lp_interrupt(self, event: Any) -> None:
+        if not self.stop and self.should_stop is not None:
+            now = time.perf_counter()
+            if now - self.last_poll < LP_POLL_INTERVAL:
+                return
+            self.last_poll = now
+            try:
+                self.stop = bool(self.should_stop())
+            except BaseException as error:  # re-raised after run(); HiGHS would swallow it
+                self._fail(error)
+        if self.stop:
+            event.interrupt()
 
 
 @contextlib.contextmanager
@@ -120,7 +226,7 @@ def _read_result(highspy: Any, highs: Any, is_mip: bool, elapsed: float) -> Milp
         status = SolveStatus.OPTIMAL
     elif model_status == statuses.kInfeasible:
         status = SolveStatus.INFEASIBLE
-    else:
+    else:  # time limit, interrupt (should_stop), ...: the incumbent if there is one
         status = SolveStatus.FEASIBLE if has_solution else SolveStatus.NO_SOLUTION
         log.info("HiGHS stopped with %s", highs.modelStatusToString(model_status))
     if is_mip:

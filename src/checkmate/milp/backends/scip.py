@@ -1,5 +1,15 @@
 """SCIP through pyscipopt. The model travels as an MPS file written by HiGHS's writer from the sparse arrays,
-so no Python loop runs over rows; only the warm start and the answer are read per variable."""
+so no Python loop runs over rows; only the warm start and the answer are read per variable.
+
+Progress and stopping (`SolveOptions.on_progress` / `should_stop`) go through an event handler: a new incumbent
+(BESTSOLFOUND) is reported at once, and after each solved node or LP (NODESOLVED, LPSOLVED) the primal and dual
+bounds are reported at most once a second and `should_stop` is polled; when it returns True the handler calls
+`interruptSolve()` and SCIP returns its incumbent. No event arrives while SCIP presolves or solves one LP, so a stop
+asked then takes effect at the next event (or at `time_limit`). With `should_stop` given, SCIP's own Ctrl-C handler
+is turned off (misc/catchctrlc), so Ctrl-C reaches Python's handler (for example `checkmate.progress.
+stop_on_interrupt`) at the next event. An exception raised by a hook (KeyboardInterrupt included) interrupts the
+solve and is raised again once SCIP has returned.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,7 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,10 +55,89 @@ class ScipBackend:
         columns = _columns_in_order(model, problem.num_variables)
         if start is not None:
             _add_start(model, columns, start)
+        hooks = _Hooks(options.on_progress, options.should_stop)
+        if hooks.active:
+            model.includeEventhdlr(_event_handler(pyscipopt, hooks), "checkmate_progress", "progress and stop hooks")
+            if options.should_stop is not None:
+                model.setParam("misc/catchctrlc", False)
         started = time.perf_counter()
         model.optimize()
         elapsed = time.perf_counter() - started
+        hooks.raise_if_failed()
         return _read_result(model, columns, elapsed)
+
+
+# Report the bounds at most this often (seconds) after a solved node or LP; a new incumbent is reported at once.
+PROGRESS_INTERVAL = 1.0
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) and abs(value) < 1e20 else None  # SCIP's infinity is 1e20
+
+
+class _Hooks:
+    """SolveOptions.on_progress and should_stop, called from SCIP's events; an exception raised by one is kept,
+    interrupts the solve, and is raised by `raise_if_failed` once `optimize()` has returned."""
+
+    def __init__(
+        self,
+        on_progress: Callable[[float | None, float | None], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        self.on_progress = on_progress
+        self.should_stop = should_stop
+        self.error: BaseException | None = None
+        self.stop = False
+        self.last_report = -float("inf")
+
+    @property
+    def active(self) -> bool:
+        return self.on_progress is not None or self.should_stop is not None
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def on_event(self, model: Any, new_incumbent: bool) -> None:
+        if self.stop:
+            model.interruptSolve()
+            return
+        try:
+            now = time.perf_counter()
+            if self.on_progress is not None and (new_incumbent or now - self.last_report >= PROGRESS_INTERVAL):
+                incumbent, bound = _finite(model.getPrimalbound()), _finite(model.getDualbound())
+                if incumbent is not None or bound is not None:
+                    self.last_report = now
+                    self.on_progress(incumbent, bound)
+            if self.should_stop is not None and self.should_stop():
+                log.info("SCIP: stop requested; returning the incumbent")
+                self.stop = True
+        except BaseException as error:  # re-raised after optimize(); SCIP cannot carry it
+            if self.error is None:
+                self.error = error
+            self.stop = True
+        if self.stop:
+            model.interruptSolve()
+
+
+def _event_handler(pyscipopt: Any, hooks: _Hooks) -> Any:
+    """An Eventhdlr (pyscipopt is imported only here) passing SCIP's solve events to `hooks`."""
+    events = pyscipopt.SCIP_EVENTTYPE
+    caught = events.BESTSOLFOUND | events.NODESOLVED | events.LPSOLVED
+
+    class ProgressEvents(pyscipopt.Eventhdlr):
+        def eventinitsol(self) -> None:
+            self.model.catchEvent(caught, self)
+
+        def eventexitsol(self) -> None:
+            self.model.dropEvent(caught, self)
+
+        def eventexec(self, event: Any) -> None:
+            hooks.on_event(self.model, event.getType() == events.BESTSOLFOUND)
+
+    return ProgressEvents()
 
 
 def _write_mps(problem: MilpProblem, path: str) -> None:
