@@ -1,0 +1,325 @@
+"""A retention lower bound on the cost of any plan within a budget: a small MILP over which values are kept.
+
+The paper's LP relaxation is no help on real training graphs of hundreds of nodes: it equals the cost of running
+every node once, and it is slow to solve at that size. This bound is a MILP with one binary per (node, gap
+between two consecutive uses), one row per stage and one per gap, and it solves in seconds on ~1,000 nodes.
+
+The argument, for any valid plan (R, S) within `budget` (the simulator's memory model, `checkmate.simulate`):
+
+Gaps. Let node i have the distinct users u_1 < ... < u_m (all > i). Its gaps are the stage ranges (a, b] =
+(i, u_1], (u_1, u_2], ..., (u_{m-1}, u_m]; they are disjoint, and none contains stage i. For each gap define
+
+    x[i, g] = 1 if some stage s in (a, b] computes node i (R[s, i] = 1), else 0.
+
+Cost. Node i runs in stage i (8a), and once more in a distinct stage for every gap with x[i, g] = 1 (the gaps are
+disjoint and exclude stage i), so the plan's cost is at least  sum_i c_i + sum_(i, g) c_i x[i, g]  (objective).
+
+Kept gap. If x[i, g] = 0, stage b still computes its user b, which needs i: R[b, i] = 1 or S[b, i] = 1 (1b), and
+R[b, i] = 0, so S[b, i] = 1; by (1c) S[t, i] <= R[t-1, i] + S[t-1, i] with R[t-1, i] = 0 for t-1 in (a, b), so
+S[t, i] = 1 for every t in (a, b]: node i is held into every stage a+1, ..., b. A value held into stage t + 1 is
+never freed in stage t (the simulator frees an input only when it is not held next, and drops at the stage's end
+only what is not held next), so it is live at every moment of stage t for a < t < b, and live from the start of
+stage b until node b has run.
+
+The rows (each is written next to the code that builds it, in `_stage_rows` and `_recompute_rows`) say that the
+live bytes at one moment of the plan, counted from these facts alone, fit in budget - fixed_memory. The optimum of
+the small MILP is therefore at most the cost of every plan within the budget: a proven lower bound. It is also at
+least sum_i c_i (every node once), the trivial bound.
+
+Memory is in bytes divided by one power of two (an exact division in float64), and the costs likewise, so no
+rounding weakens or invalidates the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.milp.backends import get_backend
+from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+_SCALE_BITS = 20  # memory and costs are divided by a power of two so that the largest figure is about 2**20
+_CHUNK = 1 << 22  # pairs of gaps compared at once when looking for the gaps that contain a gap
+
+
+@dataclass(frozen=True)
+class RetentionBound:
+    """The retention bound of `retention_bound`.
+
+    Attributes:
+        bound: a proven lower bound on the cost of any plan within the budget, in the graph's cost units; never
+            below graph.costs.sum() (every node once). When the MILP stops at its time limit this is its proven
+            dual bound, so it is valid but may be weaker than the MILP's optimum.
+        proven: True when the MILP was solved to optimality (then `bound` is its optimum).
+        seconds: wall-clock seconds spent, building the MILP included.
+        held: bool[T, T], the checkpoints S of the MILP's answer (each kept gap held through its stages, nodes of
+            zero bytes held throughout), or None when it found none: a starting point for a plan, not a plan.
+    """
+
+    bound: float
+    proven: bool
+    seconds: float
+    held: np.ndarray | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class _Gaps:
+    """The gaps (a, b] of every node with nonzero memory: node[g] is unused from stage a[g] + 1 to b[g] - 1."""
+
+    node: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows sum_g coefficient * x[g] >= lower, in bytes (COO triplets)."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    values: np.ndarray
+    lower: np.ndarray
+
+
+def retention_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> RetentionBound:
+    """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes.
+
+    See the module docstring for the argument. The bound is the optimum of a MILP with one binary per edge of
+    the graph (at most) and one row per node and per edge; on a time limit its dual bound is returned instead.
+
+    Args:
+        graph: the training graph.
+        budget: bytes, fixed memory included.
+        time_limit: seconds for the MILP solve, or None for no limit.
+
+    Raises:
+        InfeasibleBudget: when no plan fits the budget: some node cannot run even with nothing else live, or the
+            MILP itself is infeasible. `minimum` is None (the exact smallest budget is not computed here).
+    """
+    started = time.perf_counter()
+    problem, scale = _encode(graph, budget)
+    trivial = float(graph.costs.sum())
+    gaps = _gaps(graph)
+    if problem.num_variables == 0:
+        return RetentionBound(trivial, True, time.perf_counter() - started, _held(graph, gaps, np.zeros(0)))
+    options = SolveOptions(time_limit=time_limit, mip_gap=1e-9, mip_abs_gap=0.0)
+    solution = get_backend("highs").solve(problem, options)
+    if solution.status is SolveStatus.INFEASIBLE:
+        raise _infeasible(graph, budget, "the retention MILP is infeasible: some value can be neither kept nor rebuilt")
+    proven = solution.status is SolveStatus.OPTIMAL
+    dual = solution.bound if solution.bound is not None else (solution.objective if proven else None)
+    if dual is None:
+        log.info("the retention MILP stopped without a dual bound; returning the trivial bound (each node once)")
+    extra = 0.0 if dual is None else max(0.0, dual) * scale
+    held = None if solution.x is None else _held(graph, gaps, solution.x)
+    return RetentionBound(trivial + extra, proven and dual is not None, time.perf_counter() - started, held)
+
+
+def _held(graph: Graph, gaps: _Gaps, x: np.ndarray) -> np.ndarray:
+    """S with every kept gap (x < 1/2) held through its stages (a, b], and nodes of zero bytes always held."""
+    S = np.zeros((graph.size, graph.size), dtype=bool)
+    every = _gaps_of_every_node(graph)
+    free = graph.memory[every.node] == 0
+    kept = (
+        np.concatenate([every.node[free], gaps.node[x < 0.5]]),
+        np.concatenate([every.a[free], gaps.a[x < 0.5]]),
+        np.concatenate([every.b[free], gaps.b[x < 0.5]]),
+    )
+    owner, stage = _expand(kept[1] + 1, kept[2] + 1)
+    S[stage, kept[0][owner]] = True
+    return S
+
+
+def _encode(graph: Graph, budget: int, *, recompute_rows: bool = True) -> tuple[MilpProblem, float]:
+    """The retention MILP (objective: the extra cost only, scaled) and the factor that turns its objective to cost.
+
+    `recompute_rows=False` leaves out the rows of `_recompute_rows` (for measuring what they add).
+    """
+    capacity = budget - graph.fixed_memory
+    gaps = _gaps(graph)
+    inputs_bytes = np.zeros(graph.size, dtype=np.int64)
+    np.add.at(inputs_bytes, graph.edges[:, 1], graph.memory[graph.edges[:, 0]])
+    blocks = [_stage_rows(graph, gaps, capacity, inputs_bytes)]
+    fixed_zero = np.zeros(gaps.node.size, dtype=bool)
+    if recompute_rows:
+        rows, fixed_zero = _recompute_rows(graph, gaps, capacity, inputs_bytes)
+        blocks.append(rows)
+    offsets = np.cumsum([0] + [block.lower.size for block in blocks])
+    values = np.concatenate([block.values for block in blocks]).astype(np.float64)
+    lower = np.concatenate([block.lower for block in blocks]).astype(np.float64)
+    memory_unit = _power_of_two_unit(max(float(np.abs(values).max(initial=0)), float(lower.max(initial=0))))
+    A = sp.csc_array(
+        (
+            values / memory_unit,
+            (
+                np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets[:-1], strict=True)]),
+                np.concatenate([block.cols for block in blocks]),
+            ),
+        ),
+        shape=(int(offsets[-1]), gaps.node.size),
+    )
+    costs = graph.costs[gaps.node]
+    cost_unit = _power_of_two_unit(float(costs.max(initial=0)))
+    problem = MilpProblem(
+        c=costs / cost_unit,
+        A=A,
+        row_lower=lower / memory_unit,
+        row_upper=np.full(lower.size, np.inf),
+        col_lower=np.zeros(gaps.node.size),
+        col_upper=np.where(fixed_zero, 0.0, 1.0),
+        integer=np.ones(gaps.node.size, dtype=bool),
+    )
+    return problem, cost_unit
+
+
+def _gaps(graph: Graph) -> _Gaps:
+    """One gap per edge (i, u): from the previous user of i (or i itself) to u. Nodes of zero bytes are left out:
+    keeping them never costs memory, so x = 0 is optimal for their gaps and dropping them leaves the optimum."""
+    every = _gaps_of_every_node(graph)
+    keep = graph.memory[every.node] > 0
+    return _Gaps(node=every.node[keep], a=every.a[keep], b=every.b[keep])
+
+
+def _gaps_of_every_node(graph: Graph) -> _Gaps:
+    edges = graph.edges
+    order = np.lexsort((edges[:, 1], edges[:, 0]))
+    source, user = edges[order, 0], edges[order, 1]
+    same_source = np.zeros(source.size, dtype=bool)
+    same_source[1:] = source[1:] == source[:-1]
+    previous_user = np.concatenate([[0], user[:-1]]).astype(np.int64)
+    start = np.where(same_source, previous_user, source)
+    return _Gaps(node=source, a=start, b=user)
+
+
+def _expand(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each owner o, every value in range(starts[o], stops[o]): returns (owner, value) arrays."""
+    counts = np.maximum(stops - starts, 0)
+    owner = np.repeat(np.arange(starts.size), counts)
+    offsets = np.cumsum(counts) - counts
+    value = np.arange(int(counts.sum())) - np.repeat(offsets, counts) + np.repeat(starts, counts)
+    return owner, value
+
+
+def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarray) -> _Rows:
+    """One row per stage t, for the moment node t runs in its own stage t:
+
+        M_t + W_t + sum_{j in inputs(t)} M_j + sum_{gaps (i, g) with a < t < b} M_i (1 - x[i, g]) <= capacity,
+
+    capacity = budget - fixed_memory. Valid: node t was just computed (M_t) and runs with its workspace W_t (the
+    first-run workspace, as the simulator counts it in stage t); each distinct input j is live, being computed
+    earlier in stage t or held into it, and freed only after its last consumer in the stage, which is t or later;
+    a kept gap (x = 0) with a < t < b holds node i into stage t + 1, so it is live at every moment of stage t.
+    These nodes are distinct: a gap with a < t < b has no user of i strictly inside it, so i is not an input of t,
+    and i <= a < t. Written as sum_g min(M_i, need_t) x[i, g] >= need_t with need_t = base_t + sum M_i - capacity
+    (capping a coefficient at the right-hand side is valid for binaries); rows with need_t <= 0 are dropped.
+
+    Raises InfeasibleBudget when base_t alone exceeds the capacity: then no plan fits.
+    """
+    T = graph.size
+    base = graph.memory + graph.workspace + inputs_bytes
+    if base.max(initial=0) > capacity:
+        t = int(np.argmax(base))
+        raise _infeasible(
+            graph,
+            capacity + graph.fixed_memory,
+            f"node {t} ({graph.nodes[t].name!r}) needs {format_bytes(int(base[t]))} with its inputs and workspace "
+            f"beside {format_bytes(graph.fixed_memory)} of fixed memory",
+        )
+    gap, stage = _expand(gaps.a + 1, gaps.b)
+    sizes = graph.memory[gaps.node[gap]]
+    spanning = np.bincount(stage, weights=sizes, minlength=T).astype(np.int64)
+    need = base + spanning - capacity
+    tight = need > 0
+    keep = tight[stage]
+    row_of = np.cumsum(tight) - 1
+    return _Rows(
+        rows=row_of[stage[keep]],
+        cols=gap[keep],
+        values=np.minimum(sizes[keep], need[stage[keep]]),
+        lower=need[tight],
+    )
+
+
+def _recompute_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarray) -> tuple[_Rows, np.ndarray]:
+    """One row per gap (i, g) = (a, b], for the moment node i is recomputed in some stage s in (a, b] when x = 1:
+
+        x[i, g] = 1  =>  M_i + W'_i + sum_{j in inputs(i)} M_j + sum_{kept gaps (i', g') with a' <= a, b' >= b,
+                         i' not i and not an input of i} M_i' <= capacity,
+
+    W'_i the recompute workspace (s > i). Valid: at that moment node i was just computed and its inputs are live
+    (computed earlier in stage s or held into it, freed only after their last consumer in the stage, which is i
+    or later). A kept gap (a', b'] with a' < s <= b' holds i' into stage s; if s < b' it holds it into s + 1 too,
+    so i' is live all stage s; if s = b', node b' = s reads i' after i (i < s), so it is not yet freed. Every s in
+    (a, b] satisfies a' < s <= b' when a' <= a and b' >= b. Written as
+    sum_g' min(M_i', D) x[i', g'] >= D x[i, g] with D = base + sum M_i' - capacity; rows with D <= 0 are dropped.
+    When the base alone exceeds the capacity, node i can never be recomputed and x[i, g] is fixed to 0 (returned
+    as a mask).
+    """
+    count = gaps.node.size
+    node = gaps.node
+    base = graph.memory[node] + graph.recompute_workspace[node] + inputs_bytes[node]
+    fixed_zero = base > capacity
+    edge_keys = graph.edges[:, 0] * graph.size + graph.edges[:, 1]
+    sizes = graph.memory[node]
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    lower: list[np.ndarray] = []
+    emitted = 0
+    step = max(1, _CHUNK // max(count, 1))
+    for first in range(0, count, step):
+        owners = np.arange(first, min(first + step, count))
+        owners = owners[~fixed_zero[owners]]
+        # contains[o, q]: gap q holds its node all through any recomputation of owner o's node
+        contains = (
+            (gaps.a[None, :] <= gaps.a[owners, None])
+            & (gaps.b[None, :] >= gaps.b[owners, None])
+            & (node[None, :] != node[owners, None])
+        )
+        owner_pos, other = np.nonzero(contains)
+        reads = np.isin(node[other] * graph.size + node[owners[owner_pos]], edge_keys)
+        owner_pos, other = owner_pos[~reads], other[~reads]
+        held = np.bincount(owner_pos, weights=sizes[other], minlength=owners.size).astype(np.int64)
+        deficit = base[owners] + held - capacity
+        tight = deficit > 0
+        keep = tight[owner_pos]
+        row_of = emitted + np.cumsum(tight) - 1
+        tight_owners = np.flatnonzero(tight)
+        rows += [row_of[owner_pos[keep]], row_of[tight_owners]]
+        cols += [other[keep], owners[tight_owners]]
+        values += [np.minimum(sizes[other[keep]], deficit[owner_pos[keep]]), -deficit[tight_owners]]
+        lower.append(np.zeros(tight_owners.size, dtype=np.int64))
+        emitted += int(tight.sum())
+    empty = np.zeros(0, dtype=np.int64)
+    return _Rows(
+        rows=np.concatenate(rows or [empty]),
+        cols=np.concatenate(cols or [empty]),
+        values=np.concatenate(values or [empty]),
+        lower=np.concatenate(lower or [empty]),
+    ), fixed_zero
+
+
+def _power_of_two_unit(largest: float) -> float:
+    """2**k with largest / 2**k about 2**_SCALE_BITS (k >= 0): dividing by it is exact in float64."""
+    if largest <= 0 or not math.isfinite(largest):
+        return 1.0
+    return float(2.0 ** max(0, math.ceil(math.log2(largest)) - _SCALE_BITS))
+
+
+def _infeasible(graph: Graph, budget: int, reason: str) -> InfeasibleBudget:
+    return InfeasibleBudget(
+        f"retention_bound: no schedule fits {format_bytes(budget)} ({budget} bytes): {reason}. "
+        f"Use checkmate.minimum_budget(graph) for the smallest budget that works",
+        budget=budget,
+        minimum=None,
+    )
