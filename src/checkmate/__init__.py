@@ -18,6 +18,7 @@ from checkmate.errors import (
 )
 from checkmate.graph import Graph, Node
 from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simulate
 from checkmate.solve import solve
 from checkmate.units import format_bytes, parse_bytes
@@ -56,7 +57,9 @@ __all__ = [
     "InvalidSchedule",
     "Node",
     "Plan",
+    "Progress",
     "Schedule",
+    "SearchControl",
     "SolverUnavailable",
     "capture",
     "cheapest_r",

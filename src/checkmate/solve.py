@@ -11,7 +11,8 @@ from checkmate import strategies as _strategies  # noqa: F401  (registers the bu
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.plan import Plan
-from checkmate.strategies.registry import call_strategy
+from checkmate.progress import SearchControl, stop_on_interrupt
+from checkmate.strategies.registry import call_strategy, option_names
 from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,9 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         graph: the training graph.
         budget: bytes (int, or a string such as "512MiB" or "1.5GB"), fixed memory included; None for no limit.
         method: a name from `checkmate methods` (for example "checkpoint_all", "chen_greedy", "optimal").
-        **options: options of that method.
+        **options: options of that method. A method that searches (optimal, approx) takes `time_limit`, the
+            seconds for the whole call, and `progress`, a callback given `checkmate.progress.Progress` snapshots;
+            while it runs in the main thread, Ctrl-C stops the search and the best plan so far is returned.
 
     Returns:
         A Plan whose simulated peak is within the budget.
@@ -34,7 +37,12 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
     """
     budget_bytes = None if budget is None else parse_bytes(budget)
     started = time.perf_counter()
-    plan = call_strategy(method, graph, budget_bytes, options)
+    if "control" in (option_names(method) or ()) and "control" not in options:
+        control = SearchControl(time_limit=options.pop("time_limit", None), callback=options.pop("progress", None))
+        with stop_on_interrupt(control):
+            plan = call_strategy(method, graph, budget_bytes, {**options, "control": control})
+    else:
+        plan = call_strategy(method, graph, budget_bytes, options)
     elapsed = time.perf_counter() - started
     if budget_bytes is not None and plan.peak_memory > budget_bytes:
         raise InfeasibleBudget(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -20,6 +21,7 @@ def useful_entries(graph: Graph) -> list[tuple[int, int]]:
     return entries
 
 
+@functools.cache  # the search is exponential: every test module asking for the same graph shares one run
 def cost_peak_frontier(graph: Graph) -> list[tuple[int, float]]:
     """Every (peak, cheapest cost at that peak or lower) step of the exhaustive search, sorted by peak."""
     entries = useful_entries(graph)

@@ -293,13 +293,17 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     )
 
 
-def encode(graph: Graph, budget_units: float, scale: MemoryScale) -> tuple[MilpProblem, VariableIndex]:
+def encode(
+    graph: Graph, budget_units: float, scale: MemoryScale, *, recompute_backward: bool = True
+) -> tuple[MilpProblem, VariableIndex]:
     """Build the MILP: minimise sum_t sum_i cost_i R[t, i] (1a) with U[t, k] <= budget_units.
 
     Args:
         graph: the training graph.
         budget_units: the activation budget (budget minus fixed memory) in units of `scale`; inf for none.
         scale: how bytes map to units (see checkmate.milp.scaling).
+        recompute_backward: when False, R[t, i] = 0 for backward nodes i < t (a restriction, not a relaxation:
+            every plan of the smaller problem is a plan of the full one; the solver's presolve drops the columns).
     """
     index = build_index(graph, scale, budget_units)
     num_vars = index.num_variables
@@ -322,7 +326,7 @@ def encode(graph: Graph, budget_units: float, scale: MemoryScale) -> tuple[MilpP
         row_lower=np.concatenate([b.lower for b in blocks]),
         row_upper=np.concatenate([b.upper for b in blocks]),
         col_lower=_column_lower(index, num_vars),
-        col_upper=_column_upper(index, num_vars),
+        col_upper=_column_upper(graph, index, num_vars, recompute_backward),
         integer=_integrality(index, num_vars),
     ), index
 
@@ -340,9 +344,13 @@ def _column_lower(index: VariableIndex, num_vars: int) -> np.ndarray:
     return lower
 
 
-def _column_upper(index: VariableIndex, num_vars: int) -> np.ndarray:
+def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_backward: bool) -> np.ndarray:
     upper = np.ones(num_vars)
     upper[index.U_col[index.U_col >= 0]] = index.budget_units  # U[t, k] <= budget
+    if not recompute_backward:
+        stage, node = np.nonzero(index.R_col >= 0)
+        again = (stage > node) & graph.is_backward[node]
+        upper[index.R_col[stage[again], node[again]]] = 0.0
     return upper
 
 

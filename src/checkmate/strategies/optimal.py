@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,9 +25,11 @@ from checkmate.milp.formulation import VariableIndex, decode, encode, encode_sol
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.registry import register
-from checkmate.strategies.warm_start import best_baseline, lowest_peak_baseline
+from checkmate.strategies.starts import starting_plans
+from checkmate.strategies.warm_start import lowest_peak_baseline
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,10 @@ METHOD = "optimal"
 # backend="auto": the first installed of these. HiGHS solved every case of benchmarks/milp_backends.py (chains up
 # to T = 129 and random graphs, warm-started) to optimality faster than SCIP; see BENCHMARKS.md.
 AUTO_ORDER = ("highs", "scip")
+# The largest graph solved as one MILP; larger ones go through a coarse graph (see `coarsened`). HiGHS proves
+# chains of T = 129 in seconds and real graphs of 150 nodes within minutes (BENCHMARKS.md); at 339 nodes it
+# no longer improves on its warm start in 15 minutes.
+EXACT_NODES = 160
 
 
 def choose_backend(name: str) -> str:
@@ -57,61 +65,149 @@ def optimal(
     seed: int = 0,
     warm_start: bool = True,
     memory_resolution: int = DEFAULT_RESOLUTION,
+    exact_nodes: int = EXACT_NODES,
+    coarse_nodes: int | None = None,
+    progress: ProgressCallback | None = None,
+    control: SearchControl | None = None,
 ) -> Plan:
     """Solve the MILP for `graph` within `budget` bytes.
+
+    Graphs of more than `exact_nodes` nodes are planned through a coarse graph (`checkmate.strategies.coarsened`:
+    coarsen, solve this MILP on it, expand, improve on the full graph); the plan then reports the best lower bound
+    proven for the graph given, and is "optimal" only when that bound meets its cost.
 
     Args:
         graph: the training graph.
         budget: bytes, fixed memory included; None means no limit (then checkpoint_all is optimal).
         backend: "auto", "highs", "scip" or "gurobi".
-        time_limit: seconds for the solver; on expiry the best plan found (never worse than the warm start).
+        time_limit: seconds for the whole call; on expiry the best plan found (never worse than the warm start).
         mip_gap: relative gap at which the solver stops and the plan counts as optimal.
         threads, verbose, seed: passed to the solver.
         warm_start: hand the best baseline plan to the solver as its first incumbent (it is the fallback either way).
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
+        exact_nodes: the largest graph solved as one MILP.
+        coarse_nodes: blocks of the coarse graph for larger graphs (default: chosen from the time limit).
+        progress: called with a `checkmate.progress.Progress` as the search goes.
+        control: the clock and stop flag of a caller that already has one (then time_limit and progress are its).
 
     Raises:
         InfeasibleBudget: no schedule fits; the error names the smallest budget for which one exists.
     """
-    started = time.perf_counter()
+    control = control if control is not None else SearchControl(time_limit=time_limit, callback=progress)
     if budget is None:
         unlimited = checkpoint_all(graph, None)
         return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD)
-    scale = memory_scale(graph, memory_resolution)
-    problem, index = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
+    settings = MilpSettings(backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution)
+    if graph.size > exact_nodes:
+        from checkmate.strategies.coarsened import coarsened_optimal
+
+        return coarsened_optimal(graph, budget, control, settings, blocks=coarse_nodes, method=METHOD)
+    return solve_milp(graph, budget, control, settings, method=METHOD)
+
+
+@dataclass(frozen=True)
+class MilpSettings:
+    """The solver options of `optimal`, handed on to the MILP of a coarse graph."""
+
+    backend: str = "auto"
+    mip_gap: float = 1e-4
+    threads: int | None = None
+    verbose: bool = False
+    seed: int = 0
+    warm_start: bool = True
+    memory_resolution: int = DEFAULT_RESOLUTION
+    recompute_backward: bool = True
+
+
+def solve_milp(
+    graph: Graph,
+    budget: int,
+    control: SearchControl,
+    settings: MilpSettings,
+    *,
+    method: str,
+    phase: str = "MILP",
+    time_limit: float | None = None,
+    proves: bool = True,
+) -> Plan:
+    """The paper's MILP on `graph`, warm-started from the best starting plan (`checkmate.strategies.starts`).
+
+    Args:
+        control: the call's clock, progress and stop flag.
+        settings: solver options.
+        method: the name the plan carries.
+        phase: the name progress reports use.
+        time_limit: seconds for this solve (default: what the control has left).
+        proves: pass costs and bounds on to the control (False for a coarse graph, whose bound proves nothing
+            about the graph the caller plans).
+    """
+    started = time.perf_counter()
+    deadline = control.child(time_limit, reports=proves)
+    scale = memory_scale(graph, settings.memory_resolution)
+    problem, index = encode(
+        graph,
+        scale.budget_units(budget, graph.fixed_memory),
+        scale,
+        recompute_backward=settings.recompute_backward,
+    )
     log.info(
         "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
     )
-    fallback = best_baseline(graph, budget)
-    lp_bound = _lp_bound(graph, budget, problem, scale.exact, time_limit)
-    if fallback is not None and lp_bound is not None and fallback.cost - lp_bound <= mip_gap * fallback.cost + 1e-9:
-        log.info("the LP bound %.6g proves the baseline %s optimal", lp_bound, fallback.method)
-        return _final(graph, budget, fallback, proven=True, bound=lp_bound, started=started)
-    remaining = None if time_limit is None else max(1.0, time_limit - (time.perf_counter() - started))
-    options = SolveOptions(time_limit=remaining, mip_gap=mip_gap, threads=threads, verbose=verbose, seed=seed)
-    solution = get_backend(choose_backend(backend)).solve(
-        problem, options, _start(graph, problem, index, fallback) if warm_start else None
+    starts = starting_plans(graph, budget, deadline, method=method, time_share=0.15)
+    fallback = starts.best
+    lp_bound = None if deadline.stopped else _lp_bound(graph, budget, problem, scale.exact, deadline.share(0.5))
+    if lp_bound is not None:
+        deadline.report(f"{phase}: LP bound", bound=lp_bound)
+    first_bound = max(starts.bound, lp_bound or starts.bound)
+    if fallback is not None and fallback.cost - first_bound <= settings.mip_gap * fallback.cost:
+        log.info("the bound %.6g proves the starting plan optimal", first_bound)
+        return _final(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
+    remaining = deadline.remaining()
+    options = SolveOptions(
+        time_limit=None if remaining is None else max(1.0, remaining),
+        mip_gap=settings.mip_gap,
+        threads=settings.threads,
+        verbose=settings.verbose,
+        seed=settings.seed,
+        on_progress=_reporter(deadline, phase, scale.exact),
+        should_stop=lambda: deadline.stopped,
+    )
+    solution = get_backend(choose_backend(settings.backend)).solve(
+        problem, options, _start(graph, problem, index, fallback) if settings.warm_start else None
     )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:
-        raise infeasible_budget(graph, budget, method=METHOD)
-    bounds = [b for b in (lp_bound, solution.bound if scale.exact else None) if b is not None]
+        raise infeasible_budget(graph, budget, method=method)
+    bounds = [b for b in (first_bound, solution.bound if scale.exact else None) if b is not None]
     plan = _best_plan(graph, budget, solution, index, fallback)
     if plan is None:
-        raise _nothing_found(graph, budget, solution, time_limit)
+        raise _nothing_found(graph, budget, solution, deadline.time_limit, method)
     proven = (
         solution.status is SolveStatus.OPTIMAL and scale.exact and plan.cost <= (solution.objective or np.inf) + 1e-6
     )
-    return _final(graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started)
+    final = _final(graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method)
+    deadline.report(phase, cost=final.cost, bound=final.lower_bound)
+    return final
 
 
-def _final(graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float) -> Plan:
+def _reporter(control: SearchControl, phase: str, exact: bool) -> Callable[[float | None, float | None], None]:
+    """The solver's progress hook: its incumbent is a plan's cost; its bound counts only for an exact scaling."""
+
+    def report(objective: float | None, bound: float | None) -> None:
+        control.report(phase, cost=objective, bound=bound if exact else None)
+
+    return report
+
+
+def _final(
+    graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float, method: str
+) -> Plan:
     final = make_plan(
         graph,
         plan.R,
         plan.S,
-        method=METHOD,
+        method=method,
         solve_time=time.perf_counter() - started,
         budget=budget,
         status="optimal" if proven else "feasible",
@@ -123,6 +219,8 @@ def _final(graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float 
 
 def _lp_bound(graph: Graph, budget: int, problem: MilpProblem, exact: bool, time_limit: float | None) -> float | None:
     """The LP bound, valid in bytes (None if the LP ran out of time); raises when the LP proves infeasibility."""
+    if time_limit is not None and time_limit <= 0:
+        return None
     if not exact:
         return _relaxed_bound(graph, budget, time_limit)
     solution = get_backend("highs").solve(problem.relaxed(), SolveOptions(time_limit=time_limit))
@@ -165,13 +263,15 @@ def _relaxed_bound(graph: Graph, budget: int, time_limit: float | None) -> float
         return None
 
 
-def _nothing_found(graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None) -> InfeasibleBudget:
+def _nothing_found(
+    graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None, method: str
+) -> InfeasibleBudget:
     if solution.status is SolveStatus.INFEASIBLE:
-        return infeasible_budget(graph, budget, method=METHOD)
+        return infeasible_budget(graph, budget, method=method)
     known = lowest_peak_baseline(graph)
     works = "" if known is None else f"; {known.method} fits {format_bytes(known.peak_memory)} ({known.peak_memory} B)"
     return InfeasibleBudget(
-        f"{METHOD}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
+        f"{method}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
         f"({time_limit} s) and no baseline fits; infeasibility is not proven. Raise time_limit or the budget{works}",
         budget=budget,
         minimum=None if known is None else known.peak_memory,

@@ -1,0 +1,109 @@
+"""optimal on graphs above `exact_nodes`: coarsen, solve, expand, improve; checked against exhaustive search and the
+paper's equations, under time limits and stop requests."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+from exhaustive import cheapest_at, cost_peak_frontier
+from oracles import paper_cost_and_peak, with_workspace
+
+import checkmate
+from checkmate.examples import random_training_graph, training_graph
+from checkmate.graph import Graph
+from checkmate.progress import Progress
+
+SMALL = {
+    "random3": random_training_graph(3, seed=7, max_memory=5),
+    "skip3": training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4),
+    "workspace3": with_workspace(
+        training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4), seed=5
+    ),
+}
+
+
+@functools.cache
+def _frontier(name: str) -> list[tuple[int, float]]:
+    return cost_peak_frontier(SMALL[name])
+
+
+def _check_with_oracle(plan: checkmate.Plan, graph: Graph, budget: int) -> None:
+    cost, peak = paper_cost_and_peak(graph, plan.R, plan.S)
+    assert peak <= budget
+    assert (cost, peak) == (pytest.approx(plan.cost), plan.peak_memory)
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_the_coarsened_path_on_singleton_blocks_finds_the_exhaustive_optimum(name: str) -> None:
+    """With one block per node the coarse MILP is the full one (backward nodes computed once): on these graphs it
+    reaches the exhaustive optimum at every budget, and its bound (the retention bound) never exceeds it."""
+    graph = SMALL[name]
+    frontier = _frontier(name)
+    for budget in range(frontier[0][0], frontier[-1][0] + 1):
+        plan = checkmate.solve(graph, budget, method="optimal", exact_nodes=1, coarse_nodes=graph.size, time_limit=20)
+        _check_with_oracle(plan, graph, budget)
+        optimum = cheapest_at(frontier, budget)
+        assert plan.cost == pytest.approx(optimum)
+        assert plan.lower_bound is not None and plan.lower_bound <= optimum + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_coarsened_plans_fit_their_budget_by_the_papers_equations(seed: int) -> None:
+    graph = with_workspace(random_training_graph(30, seed=seed), seed=seed)
+    reference = checkmate.solve(graph, None)
+    for fraction in (0.5, 0.7, 0.9):
+        budget = int(fraction * reference.peak_memory)
+        try:
+            plan = checkmate.solve(graph, budget, method="optimal", exact_nodes=20, coarse_nodes=12, time_limit=10)
+        except checkmate.InfeasibleBudget:
+            continue
+        _check_with_oracle(plan, graph, budget)
+        assert plan.lower_bound is not None and plan.lower_bound <= plan.cost
+        best_baseline = min(
+            (p.cost for p in _baselines(graph, budget)),
+            default=float("inf"),
+        )
+        assert plan.cost <= best_baseline + 1e-9
+
+
+def _baselines(graph: Graph, budget: int) -> list[checkmate.Plan]:
+    plans = []
+    for name in ("chen_sqrtn_linear", "chen_greedy_linear", "checkpoint_all"):
+        try:
+            plans.append(checkmate.solve(graph, budget, method=name))
+        except checkmate.InfeasibleBudget:
+            continue
+    return plans
+
+
+@pytest.mark.slow
+def test_a_time_limit_bounds_the_whole_call_on_a_large_graph() -> None:
+    graph = random_training_graph(150, seed=3)  # 301 nodes: the coarsened path
+    budget = int(0.6 * checkmate.solve(graph, None).peak_memory)
+    started = time.perf_counter()
+    plan = checkmate.solve(graph, budget, method="optimal", time_limit=10)
+    elapsed = time.perf_counter() - started
+    assert elapsed <= 10 * 1.15 + 0.5
+    _check_with_oracle(plan, graph, budget)
+
+
+def test_a_stop_request_returns_the_best_plan_so_far() -> None:
+    """What Ctrl-C does (`checkmate.progress.stop_on_interrupt`): the search stops at once with a valid plan."""
+    graph = random_training_graph(100, seed=1)
+    budget = int(0.6 * checkmate.solve(graph, None).peak_memory)
+    control = checkmate.progress.SearchControl(time_limit=120)
+    snapshots: list[Progress] = []
+
+    def stop_after_the_first_plan(snapshot: Progress) -> None:
+        snapshots.append(snapshot)
+        if snapshot.best_cost is not None:
+            control.request_stop()
+
+    control.callback = stop_after_the_first_plan
+    started = time.perf_counter()
+    plan = checkmate.solve(graph, budget, method="optimal", control=control)
+    assert time.perf_counter() - started < 30
+    _check_with_oracle(plan, graph, budget)
+    assert snapshots and plan.cost <= min(s.best_cost for s in snapshots if s.best_cost is not None)
