@@ -23,6 +23,9 @@ from checkmate.units import format_bytes
 log = logging.getLogger(__name__)
 
 MINIMUM_BUDGET_TIME_LIMIT = 10.0
+# Above this many nodes the peak-minimising MILP (O(T^2) variables) takes longer to load than its time limit;
+# minimum_budget then brackets the minimum by the activation floor and the lowest baseline peak.
+MINIMUM_BUDGET_MILP_NODES = 200
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -
 def minimum_budget(
     graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = "highs"
 ) -> BudgetRange:
-    """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP.
+    """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP (graphs of up to
+    MINIMUM_BUDGET_MILP_NODES nodes; larger ones get the activation floor and the lowest baseline peak).
 
     Args:
         graph: the training graph.
@@ -85,13 +89,15 @@ def minimum_budget(
     from checkmate.strategies.warm_start import lowest_peak_baseline
 
     floor = activation_floor(graph)
+    start_plan = lowest_peak_baseline(graph)
+    if start_plan is not None and start_plan.peak_memory <= floor:
+        return BudgetRange(lower=floor, upper=start_plan.peak_memory)
+    if graph.size > MINIMUM_BUDGET_MILP_NODES:
+        return BudgetRange(lower=floor, upper=None if start_plan is None else start_plan.peak_memory)
     scale = memory_scale(graph)
     problem, index = encode(graph, np.inf, scale)
     usage = moment_usage(index)
     peak_problem = _min_peak_problem(problem, usage)
-    start_plan = lowest_peak_baseline(graph)
-    if start_plan is not None and start_plan.peak_memory <= floor:
-        return BudgetRange(lower=floor, upper=start_plan.peak_memory)
     start = None
     if start_plan is not None:
         x = encode_solution(graph, index, start_plan.R, start_plan.S)
