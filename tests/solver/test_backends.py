@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from exhaustive import cheapest_at, cost_peak_frontier
@@ -14,7 +16,7 @@ from checkmate.milp.scaling import memory_scale
 from checkmate.plan import cheapest_r
 from checkmate.simulate import simulate
 
-BACKENDS = [name for name in ("highs", "scip", "gurobi") if name in available_backends()]
+BACKENDS = [name for name in ("highs", "scip", "gurobi", "portfolio") if name in available_backends()]
 GRAPHS = {"chain2": linear_graph(2), "random2": random_training_graph(2, seed=7, max_memory=6)}
 
 
@@ -58,3 +60,16 @@ def test_time_limited_backend_keeps_the_warm_start(backend: str) -> None:
     assert solution.x is not None and solution.objective is not None
     assert solution.objective <= cost + 1e-6
     assert simulate(graph, *decode(solution.x, index))[1] <= peak
+
+
+def test_the_portfolio_stops_the_other_solver_once_one_proves_optimality() -> None:
+    """HiGHS proves the LP-tight chain at once; SCIP, asked to stop, must not run on to the time limit."""
+    if "portfolio" not in available_backends():
+        pytest.skip("needs HiGHS and SCIP")
+    graph = linear_graph(24)
+    scale = memory_scale(graph)
+    problem, _ = encode(graph, scale.budget_units(12, 0), scale)
+    started = time.perf_counter()
+    solution = get_backend("portfolio").solve(problem, SolveOptions(time_limit=60, should_stop=lambda: False))
+    assert solution.status is SolveStatus.OPTIMAL
+    assert time.perf_counter() - started < 30

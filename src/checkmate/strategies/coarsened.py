@@ -23,7 +23,6 @@ import time
 from checkmate.coarsen import choose_partition, coarsen, expand_plan
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.milp.backends import available_backends
 from checkmate.plan import Plan, make_plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.hold_more import hold_more, swap_holds
@@ -34,10 +33,9 @@ from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
-# Coarse graph size and solver: SCIP proves GPT-2 small's 150-block coarse MILP (47k variables) optimal in 15 s,
-# where HiGHS does not improve on its warm start in 220 s (BENCHMARKS.md); HiGHS when SCIP is not installed.
+# Coarse graph size: SCIP (in the portfolio that backend="auto" runs) proves GPT-2 small's 150-block coarse MILP
+# (47k variables) optimal in 15 s, where HiGHS alone does not improve on its warm start in 220 s (BENCHMARKS.md).
 DEFAULT_BLOCKS = 150
-COARSE_BACKENDS = ("scip", "highs")
 # Shares of the time left: the starting plans and the retention bound, then the coarse MILP; the rest goes to
 # expanding, hold_more and swap_holds.
 STARTS_SHARE = 0.3
@@ -91,7 +89,7 @@ def _through_coarse_graph(
             coarsening.coarse,
             budget,
             control,
-            dataclasses.replace(settings, backend=_coarse_backend(settings.backend), recompute_backward=False),
+            dataclasses.replace(settings, recompute_backward=False),
             method=method,
             phase="coarse MILP",
             time_limit=control.share(COARSE_SHARE),
@@ -103,13 +101,6 @@ def _through_coarse_graph(
     expanded = expand_plan(coarsening, coarse_plan, method=method)
     control.report("expanded", cost=expanded.cost)
     return [hold_more(graph, expanded, budget, control.child(None), method=method)]
-
-
-def _coarse_backend(name: str) -> str:
-    if name != "auto":
-        return name
-    installed = available_backends()
-    return next((backend for backend in COARSE_BACKENDS if backend in installed), name)
 
 
 def _nothing_found(graph: Graph, budget: int) -> InfeasibleBudget:

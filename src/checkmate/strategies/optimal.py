@@ -36,19 +36,23 @@ log = logging.getLogger(__name__)
 
 METHOD = "optimal"
 # backend="auto": the first installed of these. HiGHS solved every case of benchmarks/milp_backends.py (chains up
-# to T = 129 and random graphs, warm-started) to optimality faster than SCIP; see BENCHMARKS.md.
+# to T = 129 and random graphs, warm-started) to optimality faster than SCIP; see BENCHMARKS.md. From
+# PORTFOLIO_VARIABLES variables on, HiGHS and SCIP run side by side (neither wins on every real graph).
 AUTO_ORDER = ("highs", "scip")
+PORTFOLIO_VARIABLES = 20_000
 # The largest graph solved as one MILP; larger ones go through a coarse graph (see `coarsened`). HiGHS proves
 # chains of T = 129 in seconds and real graphs of 150 nodes within minutes (BENCHMARKS.md); at 339 nodes it
 # no longer improves on its warm start in 15 minutes.
 EXACT_NODES = 160
 
 
-def choose_backend(name: str) -> str:
-    """Resolve "auto" to a concrete, installed backend name."""
+def choose_backend(name: str, num_variables: int = 0) -> str:
+    """Resolve "auto" to a concrete, installed backend name (the portfolio for a problem this large)."""
     if name != "auto":
         return name
     installed = available_backends()
+    if num_variables >= PORTFOLIO_VARIABLES and "portfolio" in installed:
+        return "portfolio"
     return next((candidate for candidate in AUTO_ORDER if candidate in installed), AUTO_ORDER[0])
 
 
@@ -174,7 +178,7 @@ def solve_milp(
         on_progress=_reporter(deadline, phase, scale.exact),
         should_stop=lambda: deadline.stopped,
     )
-    solution = get_backend(choose_backend(settings.backend)).solve(
+    solution = get_backend(choose_backend(settings.backend, problem.num_variables)).solve(
         problem, options, _start(graph, problem, index, fallback) if settings.warm_start else None
     )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:

@@ -6,10 +6,11 @@ from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.base import MilpBackend
 from checkmate.milp.backends.gurobi import GurobiBackend
 from checkmate.milp.backends.highs import HighsBackend
+from checkmate.milp.backends.portfolio import PortfolioBackend
 from checkmate.milp.backends.scip import ScipBackend
 
 _BACKENDS: dict[str, MilpBackend] = {
-    backend.name: backend for backend in (HighsBackend(), ScipBackend(), GurobiBackend())
+    backend.name: backend for backend in (HighsBackend(), ScipBackend(), GurobiBackend(), PortfolioBackend())
 }
 
 

@@ -13,13 +13,15 @@ solve and is raised again once SCIP has returned.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -61,10 +63,43 @@ class ScipBackend:
             if options.should_stop is not None:
                 model.setParam("misc/catchctrlc", False)
         started = time.perf_counter()
-        model.optimize()
+        with _watchdog(model, options.should_stop):
+            model.optimizeNogil()  # lets other threads run meanwhile (the watchdog, the portfolio backend)
         elapsed = time.perf_counter() - started
         hooks.raise_if_failed()
         return _read_result(model, columns, elapsed)
+
+
+# How often the watchdog polls should_stop (seconds).
+WATCHDOG_INTERVAL = 0.2
+
+
+@contextlib.contextmanager
+def _watchdog(model: Any, should_stop: Callable[[], bool] | None) -> Iterator[None]:
+    """While SCIP runs (GIL released), a thread polls should_stop and interrupts it: events alone can be tens of
+    seconds apart while SCIP presolves, runs heuristics or solves one LP."""
+    if should_stop is None:
+        yield
+        return
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.wait(WATCHDOG_INTERVAL):
+            try:
+                stop = should_stop()
+            except BaseException:  # the event handler reports hook errors; the watchdog only stops
+                stop = True
+            if stop:
+                model.interruptSolve()
+                return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        thread.join()
 
 
 # Report the bounds at most this often (seconds) after a solved node or LP; a new incumbent is reported at once.
