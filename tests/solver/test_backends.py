@@ -63,12 +63,13 @@ def test_time_limited_backend_keeps_the_warm_start(backend: str) -> None:
 
 
 def test_the_portfolio_stops_the_other_solver_once_one_proves_optimality() -> None:
-    """HiGHS proves the LP-tight chain at once; SCIP, asked to stop, must not run on to the time limit."""
+    """At the no-remat budget the LP is tight and one solver proves it at once; the other, asked to stop, must not
+    run on to the time limit."""
     if "portfolio" not in available_backends():
         pytest.skip("needs HiGHS and SCIP")
-    graph = linear_graph(24)
+    graph = linear_graph(32)
     scale = memory_scale(graph)
-    problem, _ = encode(graph, scale.budget_units(12, 0), scale)
+    problem, _ = encode(graph, scale.budget_units(34, 0), scale)
     started = time.perf_counter()
     solution = get_backend("portfolio").solve(problem, SolveOptions(time_limit=60, should_stop=lambda: False))
     assert solution.status is SolveStatus.OPTIMAL
