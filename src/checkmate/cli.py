@@ -2,9 +2,12 @@
 
     checkmate solve GRAPH.json --budget 512MiB --method chen_greedy [--out plan.json]
     checkmate methods
-    checkmate compare GRAPH.json --budget 512MiB [--methods chen_sqrtn,griewank]
+    checkmate compare GRAPH.json --budget 0.6 [--methods chen_sqrtn,griewank]
     checkmate sweep GRAPH.json [--points 8] [--methods ...] [--plot sweep.png]
     checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
+
+A budget (`--budget`) is read as `checkmate.compile` reads it (`units.parse_budget`): bytes (1000000), a size
+(8GiB, 512MiB), or a fraction in (0, 1] of the peak without rematerialization (0.6: 0.6 times checkpoint_all's peak).
 
 Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
 exit with status 2.
@@ -29,7 +32,7 @@ from checkmate.graph import Graph
 from checkmate.progress_display import ProgressDisplay
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
-from checkmate.units import format_bytes
+from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 USAGE_ERROR = 2
 
@@ -86,7 +89,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _graph_and_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("graph", type=Path, metavar="GRAPH.json", help="a graph saved by Graph.to_json or capture")
-    parser.add_argument("--budget", help="memory budget, fixed memory included: bytes or e.g. 512MiB (default: none)")
+    parser.add_argument(
+        "--budget",
+        help="memory budget, fixed memory included: bytes (1000000), a size (512MiB, 8GiB) or a fraction in (0, 1] "
+        "of the peak without rematerialization (0.6); default: none",
+    )
     parser.add_argument(
         "--time-limit", type=float, help="seconds for each method that runs a solver (optimal, approx); default none"
     )
@@ -119,6 +126,21 @@ def _progress(method: str, display: ProgressDisplay) -> dict[str, Any]:
     return accepted_options(method, {"progress": display})
 
 
+def _budget(arguments: argparse.Namespace, graph: Graph) -> tuple[int | None, float | None]:
+    """--budget in bytes (None without one), and the fraction of the no-remat peak when it was given as one."""
+    if arguments.budget is None:
+        return None, None
+    budget = parse_budget(arguments.budget)
+    if isinstance(budget, float):
+        return resolve_budget(budget, solve(graph, None, method=REFERENCE).peak_memory), budget
+    return budget, None
+
+
+def _budget_text(budget: int, fraction: float | None) -> str:
+    share = "" if fraction is None else f"; {fraction:g} of the {REFERENCE} peak"
+    return f"{format_bytes(budget)} ({budget} bytes{share})"
+
+
 def _load_graph(path: Path) -> Graph:
     graph = Graph.from_json(path.read_text())
     if graph.size == 0:
@@ -128,12 +150,13 @@ def _load_graph(path: Path) -> Graph:
 
 def _solve(arguments: argparse.Namespace) -> int:
     graph = _load_graph(arguments.graph)
+    budget, fraction = _budget(arguments, graph)
     options = _method_options(arguments)
     if "time_limit" not in accepted_options(arguments.method, {"time_limit": None}):
         options.pop("time_limit", None)  # --time-limit applies only to the methods that run a solver
     with ProgressDisplay() as display:
         options.update(_progress(arguments.method, display))
-        plan = solve(graph, arguments.budget, method=arguments.method, **options)
+        plan = solve(graph, budget, method=arguments.method, **options)
     display.summarize(plan)
     reference = solve(graph, None, method=REFERENCE)
     print(f"method:   {plan.method} ({plan.status}, {plan.solve_time:.2f} s)")
@@ -141,7 +164,7 @@ def _solve(arguments: argparse.Namespace) -> int:
     print(f"cost:     {plan.cost:.6g} (overhead {overhead} against {REFERENCE}, cost {reference.cost:.6g})")
     print(f"peak:     {format_bytes(plan.peak_memory)} ({plan.peak_memory} bytes)")
     if plan.budget is not None:
-        print(f"budget:   {format_bytes(plan.budget)} ({plan.budget} bytes)")
+        print(f"budget:   {_budget_text(plan.budget, fraction)}")
     if plan.lower_bound is not None and plan.gap is not None:
         print(f"bound:    {plan.lower_bound:.6g} (gap {plan.gap:.2%})")
     if arguments.out is not None:
@@ -163,10 +186,13 @@ def _methods(arguments: argparse.Namespace) -> int:
 
 def _compare(arguments: argparse.Namespace) -> int:
     graph = _load_graph(arguments.graph)
+    budget, fraction = _budget(arguments, graph)
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     with ProgressDisplay() as display:
-        rows = compare(graph, arguments.budget, methods, options={**_method_options(arguments), "progress": display})
+        rows = compare(graph, budget, methods, options={**_method_options(arguments), "progress": display})
     print(format_table(rows))
+    if budget is not None and fraction is not None:
+        print(f"budget: {_budget_text(budget, fraction)}")  # the bytes a fraction came to
     return 0
 
 

@@ -35,7 +35,7 @@ from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
 from checkmate.step_report import StepReport
-from checkmate.units import format_bytes, parse_bytes
+from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -137,20 +137,6 @@ def compile(
     leaves, spec = pytree.tree_flatten(tuple(batch))
     compiled = plan_step(model, loss_fn, batch, settings)
     return CompiledStep(model, loss_fn, settings, {_signature(leaves, spec): compiled})
-
-
-def resolve_budget(budget: int | float | str, no_remat_peak: int) -> int:
-    """Bytes from a budget given as bytes, a size string, or a fraction in (0, 1] of the no-remat peak."""
-    if isinstance(budget, bool):
-        raise ValueError(f"budget must be bytes or a fraction in (0, 1], got {budget!r}")
-    if isinstance(budget, float):
-        if not 0.0 < budget <= 1.0:
-            raise ValueError(
-                f"a float budget is a fraction of the no-recomputation peak and must lie in (0, 1], got {budget}: "
-                "pass bytes as an int or a string such as '8GiB'"
-            )
-        return int(budget * no_remat_peak)
-    return parse_bytes(budget)
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:

@@ -36,29 +36,45 @@ UNET = training_graph([[], [0], [1], [2], [3], [4, 2], [5, 1], [6, 0]], memory=[
 
 
 def brute_force_cut_vertices(graph: Graph) -> list[int]:
-    """Forward nodes whose removal disconnects the undirected forward graph with a virtual source and sink."""
-    forward = [i for i, node in enumerate(graph.nodes) if not node.backward]
-    edges = [(i, j) for j in forward for i in graph.nodes[j].inputs if not graph.nodes[i].backward]
-    edges += [("source", j) for j in forward if not any(i in forward for i in graph.nodes[j].inputs)]
-    edges += [(j, "sink") for j in forward if not any((j, k) in edges for k in forward)]
-    vertices = [*forward, "source", "sink"]
+    """Forward nodes on every route from the batch to the loss, found by deleting each node in turn.
 
-    def components(removed: object) -> int:
-        remaining = [v for v in vertices if v != removed]
-        parent = {v: v for v in remaining}
+    The forward graph is the paper's: the forward nodes the loss (what the first backward node reads) depends on.
+    A virtual source is joined to its first node, a virtual sink to the loss; other nodes without inputs read only
+    memory that is always held and are left out.
+    """
+    nodes = graph.nodes
+    first_backward = next((k for k, node in enumerate(nodes) if node.backward), None)
+    loss = [] if first_backward is None else [i for i in nodes[first_backward].inputs if not nodes[i].backward]
+    if not loss:
+        loss = [max(i for i, node in enumerate(nodes) if not node.backward)]
+    path: set[int] = set()
 
-        def root(v: object) -> object:
-            while parent[v] != v:
-                v = parent[v]
-            return v
+    def visit(j: int) -> None:
+        if j not in path:
+            path.add(j)
+            for i in nodes[j].inputs:
+                if not nodes[i].backward:
+                    visit(i)
 
-        for a, b in edges:
-            if removed not in (a, b):
-                parent[root(a)] = root(b)
-        return len({root(v) for v in remaining})
+    for j in loss:
+        visit(j)
+    start = min(path)
+    vertices = [j for j in sorted(path) if j == start or nodes[j].inputs]
+    edges = [(i, j) for j in vertices for i in nodes[j].inputs if i in vertices]
+    edges += [("source", start)] + [(j, "sink") for j in loss if j in vertices]
 
-    whole = components(None)
-    return [v for v in forward if components(v) > whole]
+    def connected(removed: object) -> bool:
+        reached, frontier = {"source"}, ["source"]
+        while frontier:
+            v = frontier.pop()
+            for a, b in edges:
+                for x, y in ((a, b), (b, a)):
+                    if x == v and y != removed and y not in reached:
+                        reached.add(y)
+                        frontier.append(y)
+        return "sink" in reached
+
+    return [v for v in vertices if connected(None) and not connected(v)]
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16])
@@ -95,7 +111,7 @@ def test_articulation_points_match_brute_force(graph: Graph) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 30), max_size=3), min_size=1, max_size=14))
 def test_articulation_points_match_brute_force_on_random_forward_graphs(raw_inputs: list[list[int]]) -> None:
-    # Node j reads the drawn indices below j: some nodes read nothing, so there can be several inputs and outputs.
+    # Node j reads the drawn indices below j: some nodes read nothing, and some are not read on the way to the loss.
     forward_inputs = [sorted({i % j for i in inputs}) if j else [] for j, inputs in enumerate(raw_inputs)]
     graph = training_graph(forward_inputs)
     assert articulation_points(graph) == brute_force_cut_vertices(graph)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from checkmate import Graph, Plan
+from checkmate import Graph, Plan, solve
 from checkmate.cli import main
 from checkmate.compare import compare, format_table
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.strategies.registry import strategies
+from checkmate.units import parse_budget, resolve_budget
 
 
 @pytest.fixture
@@ -51,6 +52,119 @@ def test_solve_reads_human_budgets(tmp_path: Path, capsys: pytest.CaptureFixture
     status, text, _ = run(["solve", str(path), "--budget", "4MiB", "--method", "chen_sqrtn"], capsys)
     assert status == 0
     assert "peak:     4.00 MiB (4194304 bytes)" in text and "budget:   4.00 MiB (4194304 bytes)" in text
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("1000000", 1_000_000),
+        ("512MiB", 512 * 2**20),
+        ("8GiB", 8 * 2**30),
+        ("1e9", 10**9),
+        ("2048.0", 2048),
+        ("1", 1),
+        ("0.6", 0.6),
+        ("1.0", 1.0),
+        (" .25 ", 0.25),
+        ("5e-1", 0.5),
+        (4096, 4096),
+        (0.5, 0.5),
+    ],
+)
+def test_budgets_read_as_bytes_or_a_fraction(text: object, expected: float) -> None:
+    budget = parse_budget(text)  # type: ignore[arg-type]
+    assert budget == expected and type(budget) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("0", "more than 0 bytes"),
+        (0, "more than 0 bytes"),
+        ("0.0", "more than 0 bytes"),
+        ("0MiB", "more than 0 bytes"),
+        ("-1", "more than 0 bytes"),
+        ("-0.5", "more than 0 bytes"),
+        ("-2GiB", "more than 0 bytes"),
+        (-3, "more than 0 bytes"),
+        ("1.5", "neither a fraction in (0, 1] of the no-remat peak nor a whole number of bytes"),
+        ("2.5e0", "neither a fraction"),
+        (1.5, "must lie in (0, 1]"),
+        (0.0, "must lie in (0, 1]"),
+        (float("nan"), "must lie in (0, 1]"),
+        ("inf", "cannot read 'inf' as a budget"),
+        ("lots", "cannot read 'lots' as a budget"),
+        (True, "a budget must be"),
+    ],
+)
+def test_budgets_that_are_neither_bytes_nor_a_fraction_are_refused(text: object, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_budget(text)  # type: ignore[arg-type]
+    assert message in str(caught.value)
+
+
+def test_a_fraction_is_that_share_of_the_no_remat_peak_rounded_down() -> None:
+    assert resolve_budget("0.6", 1001) == 600
+    assert resolve_budget(1.0, 1001) == 1001
+    assert resolve_budget("1.0", 1001) == 1001
+    assert resolve_budget("1", 1001) == 1, "digits alone are bytes"
+    assert resolve_budget("1KiB", 1001) == 1024
+
+
+@pytest.mark.parametrize("fraction", ["0.6", "1.0", "0.75"])
+def test_solve_takes_a_fraction_of_the_no_remat_peak(
+    chain_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fraction: str
+) -> None:
+    graph = Graph.from_json(chain_file.read_text())
+    peak = solve(graph, None).peak_memory
+    expected = int(float(fraction) * peak)
+    out = tmp_path / "plan.json"
+    status, text, _ = run(
+        ["solve", str(chain_file), "--budget", fraction, "--method", "chen_greedy", "--out", str(out)], capsys
+    )
+    assert status == 0
+    plan = Plan.from_json(out.read_text(), graph)
+    assert plan.budget == expected and plan.peak_memory <= expected
+    assert f"budget:   {expected} B ({expected} bytes; {float(fraction):g} of the checkpoint_all peak)" in text
+
+
+def test_compare_takes_a_fraction_and_bytes_alike(chain_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graph = Graph.from_json(chain_file.read_text())
+    budget = int(0.6 * solve(graph, None).peak_memory)
+    expected = {row.method: row.peak_memory for row in compare(graph, budget, ["chen_sqrtn", "griewank"])}
+    for given in ("0.6", str(budget)):
+        status, text, _ = run(
+            ["compare", str(chain_file), "--budget", given, "--methods", "chen_sqrtn,griewank"], capsys
+        )
+        lines = text.strip().splitlines()
+        assert status == 0 and lines[0].split()[0] == "method"
+        if given == "0.6":  # the bytes the fraction came to, under the table
+            assert lines.pop() == f"budget: {budget} B ({budget} bytes; 0.6 of the checkpoint_all peak)"
+        # Columns: method, cost, overhead, peak (two cells: "8 B"), peak bytes, time, status.
+        assert {line.split()[0]: int(line.split()[5]) for line in lines[1:]} == expected
+
+
+@pytest.mark.parametrize("command", ["solve", "compare"])
+@pytest.mark.parametrize(
+    "budget,message",
+    [
+        ("0", "more than 0 bytes"),
+        ("-0.5", "more than 0 bytes"),
+        ("-1", "more than 0 bytes"),
+        ("1.5", "neither a fraction in (0, 1]"),
+    ],
+)
+def test_bad_budgets_give_one_line_errors(
+    chain_file: Path, capsys: pytest.CaptureFixture[str], command: str, budget: str, message: str
+) -> None:
+    status, text, error = run([command, str(chain_file), f"--budget={budget}"], capsys)
+    assert status == 2 and text == ""
+    assert message in error and error.count("\n") == 1 and error.startswith(f"checkmate {command}: error:")
+
+
+def test_sweep_still_chooses_its_own_budgets(chain_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, error = run(["sweep", str(chain_file), "--budget", "0.6"], capsys)
+    assert status == 2 and "use --points instead of --budget" in error
 
 
 def test_methods_lists_every_registered_method_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +225,7 @@ def test_bad_graphs_give_one_line_errors(
     "arguments,message",
     [
         (["--budget", "3", "--method", "chen_sqrtn"], "chen_sqrtn needs at least"),
-        (["--budget", "lots"], "cannot read 'lots' as a size"),
+        (["--budget", "lots"], "cannot read 'lots' as a budget"),
         (["--method", "nope"], "unknown method 'nope'"),
         (["--method", "griewank", "--option", "slots=2", "--option", "speed=9"], "takes no option 'speed'"),
     ],

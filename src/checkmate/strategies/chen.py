@@ -1,9 +1,10 @@
 """Chen et al. (2016) √n and greedy checkpointing, generalised to branching graphs as in the paper (§6.1, App. B).
 
 Each variant picks a checkpoint set among candidates, fixes S from it (`segments.checkpoint_s`) and derives the
-cheapest R for that S (App. B.1). The candidates are the articulation points of the forward graph
-(`chen_sqrtn`, `chen_greedy`) or every forward node of the linearised, topologically ordered forward graph
-(`chen_sqrtn_linear`, `chen_greedy_linear`). On a chain both candidate sets are every forward node.
+cheapest R for that S (App. B.1). The candidates are the articulation points of the forward graph, the values
+flowing from the batch to the loss (`segments.articulation_points`; `chen_sqrtn`, `chen_greedy`), or every forward
+node of the linearised, topologically ordered forward graph (`chen_sqrtn_linear`, `chen_greedy_linear`). On a
+chain both candidate sets are every forward node.
 """
 
 from __future__ import annotations
