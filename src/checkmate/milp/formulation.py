@@ -64,7 +64,7 @@ class _RowBlock:
     upper: np.ndarray
 
 
-def _expand(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def expand_ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each owner o, every value in range(starts[o], stops[o]): returns (owner, value) arrays."""
     counts = np.maximum(stops - starts, 0)
     owner = np.repeat(np.arange(starts.size), counts)
@@ -95,7 +95,7 @@ def _graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 def _free_variables(graph: Graph, R_col: np.ndarray, adjacency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(stage, edge) of every FREE variable, ordered by edge then stage."""
     edges = graph.edges
-    edge, stage = _expand(edges[:, 1] + 1, np.full(len(edges), graph.size))
+    edge, stage = expand_ranges(edges[:, 1] + 1, np.full(len(edges), graph.size))
     keep = (R_col[stage, edges[edge, 1]] >= 0) & ~adjacency[edges[edge, 0], stage]
     return stage[keep], edge[keep]
 
@@ -106,9 +106,9 @@ def _later_users(graph: Graph, free_lookup: np.ndarray, R_col: np.ndarray) -> tu
     by_source = np.lexsort((edges[:, 1], edges[:, 0]))
     sources = edges[by_source, 0]
     group_end = np.searchsorted(sources, sources, side="right")
-    first, second = _expand(np.arange(len(sources)) + 1, group_end)
+    first, second = expand_ranges(np.arange(len(sources)) + 1, group_end)
     earlier, later = by_source[first], by_source[second]
-    pair, stage = _expand(edges[later, 1] + 1, np.full(len(later), graph.size))
+    pair, stage = expand_ranges(edges[later, 1] + 1, np.full(len(later), graph.size))
     free = free_lookup[stage, earlier[pair]]
     user = edges[later[pair], 1]
     keep = (free >= 0) & (R_col[stage, user] >= 0)
@@ -118,7 +118,7 @@ def _later_users(graph: Graph, free_lookup: np.ndarray, R_col: np.ndarray) -> tu
 def _dependency_rows(graph: Graph, R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
     """(1b) R[t, j] <= R[t, i] + S[t, i] for every edge (i, j) and stage t >= j."""
     edges = graph.edges
-    edge, stage = _expand(edges[:, 1], np.full(len(edges), graph.size))
+    edge, stage = expand_ranges(edges[:, 1], np.full(len(edges), graph.size))
     source, target = edges[edge, 0], edges[edge, 1]
     keep = R_col[stage, target] >= 0
     stage, source, target = stage[keep], source[keep], target[keep]

@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
+from checkmate.milp.formulation import expand_ranges
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.units import format_bytes
 
@@ -135,7 +136,7 @@ def _held(graph: Graph, gaps: _Gaps, x: np.ndarray) -> np.ndarray:
         np.concatenate([every.a[free], gaps.a[x < 0.5]]),
         np.concatenate([every.b[free], gaps.b[x < 0.5]]),
     )
-    owner, stage = _expand(kept[1] + 1, kept[2] + 1)
+    owner, stage = expand_ranges(kept[1] + 1, kept[2] + 1)
     S[stage, kept[0][owner]] = True
     return S
 
@@ -201,15 +202,6 @@ def _gaps_of_every_node(graph: Graph) -> _Gaps:
     return _Gaps(node=source, a=start, b=user)
 
 
-def _expand(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each owner o, every value in range(starts[o], stops[o]): returns (owner, value) arrays."""
-    counts = np.maximum(stops - starts, 0)
-    owner = np.repeat(np.arange(starts.size), counts)
-    offsets = np.cumsum(counts) - counts
-    value = np.arange(int(counts.sum())) - np.repeat(offsets, counts) + np.repeat(starts, counts)
-    return owner, value
-
-
 def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarray) -> _Rows:
     """One row per stage t, for the moment node t runs in its own stage t:
 
@@ -235,7 +227,7 @@ def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarr
             f"node {t} ({graph.nodes[t].name!r}) needs {format_bytes(int(base[t]))} with its inputs and workspace "
             f"beside {format_bytes(graph.fixed_memory)} of fixed memory",
         )
-    gap, stage = _expand(gaps.a + 1, gaps.b)
+    gap, stage = expand_ranges(gaps.a + 1, gaps.b)
     sizes = graph.memory[gaps.node[gap]]
     spanning = np.bincount(stage, weights=sizes, minlength=T).astype(np.int64)
     need = base + spanning - capacity
