@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from checkmate.errors import SolverUnavailable
+from checkmate.milp.backends.base import SolverHooks
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,6 @@ class HighsBackend:
         return _read_result(highspy, highs, is_mip, elapsed)
 
 
-# Report the bounds from the MIP interrupt callback at most this often (seconds); a new incumbent is reported at once.
-PROGRESS_INTERVAL = 1.0
 # Poll should_stop from the per-iteration LP interrupt callbacks at most this often (seconds).
 LP_POLL_INTERVAL = 0.05
 
@@ -71,71 +70,45 @@ def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
-class _Hooks:
-    """SolveOptions.on_progress and should_stop wired to highspy's callbacks (subscribed only when given).
-
-    An exception raised by a hook is kept, the solve is interrupted at the next interrupt callback, and
-    `raise_if_failed` raises it once `run()` has returned.
-    """
+class _Hooks(SolverHooks):
+    """The hooks wired to highspy's callbacks (subscribed only when given); a hook's exception interrupts the solve
+    at the next interrupt callback."""
 
     def __init__(
         self,
         on_progress: Callable[[float | None, float | None], None] | None,
         should_stop: Callable[[], bool] | None,
     ) -> None:
-        self.on_progress = on_progress
-        self.should_stop = should_stop
-        self.error: BaseException | None = None
-        self.stop = False
-        self.last_report = -float("inf")
+        super().__init__(on_progress, should_stop)
         self.last_poll = -float("inf")
 
     def attach(self, highs: Any, is_mip: bool) -> None:
         if is_mip:
             if self.on_progress is not None:
                 highs.cbMipImprovingSolution += self._improving_solution
-            if self.on_progress is not None or self.should_stop is not None:
+            if self.active:
                 highs.cbMipInterrupt += self._mip_interrupt
         elif self.should_stop is not None:
             highs.cbSimplexInterrupt += self._lp_interrupt
             highs.cbIpmInterrupt += self._lp_interrupt
 
-    def raise_if_failed(self) -> None:
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
-
-    def _fail(self, error: BaseException) -> None:
-        if self.error is None:
-            self.error = error
-        self.stop = True
-
     def _improving_solution(self, event: Any) -> None:
-        if self.stop or self.on_progress is None:
+        if self.stop:
             return
         try:
             data = event.data_out
-            self.on_progress(_finite(data.objective_function_value), _finite(data.mip_dual_bound))
-            self.last_report = time.perf_counter()
+            self.report(_finite(data.objective_function_value), _finite(data.mip_dual_bound), new_incumbent=True)
         except BaseException as error:  # re-raised after run(); HiGHS would swallow it
-            self._fail(error)
+            self.fail(error)
 
     def _mip_interrupt(self, event: Any) -> None:
         if not self.stop:
             try:
-                if self.on_progress is not None:
-                    now = time.perf_counter()
-                    if now - self.last_report >= PROGRESS_INTERVAL:
-                        data = event.data_out
-                        incumbent, bound = _finite(data.mip_primal_bound), _finite(data.mip_dual_bound)
-                        if incumbent is not None or bound is not None:
-                            self.last_report = now
-                            self.on_progress(incumbent, bound)
-                if self.should_stop is not None and self.should_stop():
-                    log.info("HiGHS: stop requested; returning the incumbent")
-                    self.stop = True
+                data = event.data_out
+                self.report(_finite(data.mip_primal_bound), _finite(data.mip_dual_bound))
+                self.poll_stop("HiGHS")
             except BaseException as error:  # re-raised after run(); HiGHS would swallow it
-                self._fail(error)
+                self.fail(error)
         if self.stop:
             event.interrupt()
 
@@ -146,9 +119,9 @@ class _Hooks:
                 return
             self.last_poll = now
             try:
-                self.stop = bool(self.should_stop())
+                self.poll_stop("HiGHS")
             except BaseException as error:  # re-raised after run(); HiGHS would swallow it
-                self._fail(error)
+                self.fail(error)
         if self.stop:
             event.interrupt()
 

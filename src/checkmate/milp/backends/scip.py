@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from checkmate.errors import SolverUnavailable
+from checkmate.milp.backends.base import SolverHooks
 from checkmate.milp.backends.highs import to_highs_lp
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 
@@ -102,57 +103,21 @@ def _watchdog(model: Any, should_stop: Callable[[], bool] | None) -> Iterator[No
         thread.join()
 
 
-# Report the bounds at most this often (seconds) after a solved node or LP; a new incumbent is reported at once.
-PROGRESS_INTERVAL = 1.0
-
-
 def _finite(value: float) -> float | None:
     value = float(value)
     return value if np.isfinite(value) and abs(value) < 1e20 else None  # SCIP's infinity is 1e20
 
 
-class _Hooks:
-    """SolveOptions.on_progress and should_stop, called from SCIP's events; an exception raised by one is kept,
-    interrupts the solve, and is raised by `raise_if_failed` once `optimize()` has returned."""
-
-    def __init__(
-        self,
-        on_progress: Callable[[float | None, float | None], None] | None,
-        should_stop: Callable[[], bool] | None,
-    ) -> None:
-        self.on_progress = on_progress
-        self.should_stop = should_stop
-        self.error: BaseException | None = None
-        self.stop = False
-        self.last_report = -float("inf")
-
-    @property
-    def active(self) -> bool:
-        return self.on_progress is not None or self.should_stop is not None
-
-    def raise_if_failed(self) -> None:
-        if self.error is not None:
-            error, self.error = self.error, None
-            raise error
+class _Hooks(SolverHooks):
+    """The hooks called from SCIP's events; a hook's exception interrupts the solve."""
 
     def on_event(self, model: Any, new_incumbent: bool) -> None:
-        if self.stop:
-            model.interruptSolve()
-            return
-        try:
-            now = time.perf_counter()
-            if self.on_progress is not None and (new_incumbent or now - self.last_report >= PROGRESS_INTERVAL):
-                incumbent, bound = _finite(model.getPrimalbound()), _finite(model.getDualbound())
-                if incumbent is not None or bound is not None:
-                    self.last_report = now
-                    self.on_progress(incumbent, bound)
-            if self.should_stop is not None and self.should_stop():
-                log.info("SCIP: stop requested; returning the incumbent")
-                self.stop = True
-        except BaseException as error:  # re-raised after optimize(); SCIP cannot carry it
-            if self.error is None:
-                self.error = error
-            self.stop = True
+        if not self.stop:
+            try:
+                self.report(_finite(model.getPrimalbound()), _finite(model.getDualbound()), new_incumbent=new_incumbent)
+                self.poll_stop("SCIP")
+            except BaseException as error:  # re-raised after optimize(); SCIP cannot carry it
+                self.fail(error)
         if self.stop:
             model.interruptSolve()
 
