@@ -79,11 +79,12 @@ def _baselines(graph: Graph, budget: int) -> list[checkmate.Plan]:
 
 
 @pytest.mark.slow
-def test_a_time_limit_bounds_the_whole_call_on_a_large_graph() -> None:
+@pytest.mark.parametrize("method", ["optimal", "approx"])
+def test_a_time_limit_bounds_the_whole_call_on_a_large_graph(method: str) -> None:
     graph = random_training_graph(150, seed=3)  # 301 nodes: the coarsened path
     budget = int(0.6 * checkmate.solve(graph, None).peak_memory)
     started = time.perf_counter()
-    plan = checkmate.solve(graph, budget, method="optimal", time_limit=10)
+    plan = checkmate.solve(graph, budget, method=method, time_limit=10)
     elapsed = time.perf_counter() - started
     assert elapsed <= 10 * 1.15 + 0.5
     _check_with_oracle(plan, graph, budget)

@@ -41,7 +41,7 @@ from checkmate.milp.scaling import DEFAULT_RESOLUTION, MemoryScale, memory_scale
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
-from checkmate.strategies.common import infeasible
+from checkmate.strategies.common import EXACT_NODES, infeasible
 from checkmate.strategies.registry import register
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,13 @@ def approx(
     memory_resolution: int = DEFAULT_RESOLUTION,
     progress: ProgressCallback | None = None,
     control: SearchControl | None = None,
+    exact_nodes: int = EXACT_NODES,
+    coarse_nodes: int | None = None,
 ) -> Plan:
     """Round LP relaxations, improve the best roundings by local search, and return the cheapest plan found.
+
+    Graphs of more than `exact_nodes` nodes are rounded on a coarse graph of `coarse_nodes` blocks instead
+    (`checkmate.strategies.coarsened.coarsened_approx`), whose plan is expanded and improved on the full graph.
 
     Args:
         graph: the training graph.
@@ -108,6 +113,10 @@ def approx(
         return make_plan(graph, plan.R, plan.S, method=METHOD, status="optimal", lower_bound=plan.cost)
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD)
+    if graph.size > exact_nodes:
+        from checkmate.strategies.coarsened import coarsened_approx
+
+        return coarsened_approx(graph, budget, control, blocks=coarse_nodes, method=METHOD, seed=seed)
     search = _LocalSearch(graph, budget, control)
     bound, bound_S = _lower_bound(graph, budget, control)
     control.report("approx: LP bound", bound=bound)
@@ -380,18 +389,22 @@ class _LocalSearch:
     def run(self, state: _State) -> _State | None:
         """Repair `state` into the budget (None if that fails), then improve it until no move helps."""
         repaired = self._repair(state)
+        if repaired is None:  # the greedy choices differ without bridges, and sometimes fit where it did not
+            repaired = self._repair(state, bridges=False)
         return None if repaired is None else self._improve(repaired)
 
-    def _repair(self, state: _State) -> _State | None:
+    def _repair(self, state: _State, *, bridges: bool = True) -> _State | None:
         """Lower the excess over the budget move by move until there is none (None if no move lowers it).
 
-        The moves: drop a held run over an over-budget stage, or hold a value recomputed in one (a bridge: a
-        cheap held value can replace a long recomputation and its inputs). The move taken is the cheapest one
+        The moves: drop a held run over an over-budget stage, or (if `bridges`) hold a value recomputed in one (a
+        bridge: a cheap held value can replace a long recomputation and its inputs). The move taken is the cheapest one
         that fits, else the one that removes excess at the least cost per byte-moment. When none lowers the
         excess, a drop followed by a bridge may; the best such pair is taken.
         """
         while state.excess > 0:
-            moves = list(self._drops(state)) + [S for _, S in self._bridges(state, over_budget_only=True)]
+            moves = list(self._drops(state))
+            if bridges:
+                moves += [S for _, S in self._bridges(state, over_budget_only=True)]
             candidates = []
             for S in moves:
                 if self.control.stopped:

@@ -9,6 +9,11 @@ from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.units import format_bytes
 
+# The largest graph `optimal` solves as one MILP and `approx` rounds as one LP; larger ones go through a coarse
+# graph (`checkmate.strategies.coarsened`). HiGHS proves chains of T = 129 in seconds and real graphs of 150 nodes
+# within minutes (BENCHMARKS.md); at 339 nodes it no longer improves on its warm start in 15 minutes.
+EXACT_NODES = 160
+
 
 def plan_from_s(graph: Graph, S: np.ndarray, *, method: str) -> Plan:
     """Fix S, derive the cheapest R for it (paper Appendix B.1), and simulate."""

@@ -27,6 +27,7 @@ from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
+from checkmate.strategies.common import EXACT_NODES
 from checkmate.strategies.registry import register
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import lowest_peak_baseline
@@ -40,10 +41,6 @@ METHOD = "optimal"
 # PORTFOLIO_VARIABLES variables on, HiGHS and SCIP run side by side (neither wins on every real graph).
 AUTO_ORDER = ("highs", "scip")
 PORTFOLIO_VARIABLES = 20_000
-# The largest graph solved as one MILP; larger ones go through a coarse graph (see `coarsened`). HiGHS proves
-# chains of T = 129 in seconds and real graphs of 150 nodes within minutes (BENCHMARKS.md); at 339 nodes it
-# no longer improves on its warm start in 15 minutes.
-EXACT_NODES = 160
 
 
 def choose_backend(name: str, num_variables: int = 0) -> str:
