@@ -55,11 +55,17 @@ def coarsened_optimal(
     started = time.perf_counter()
     starts = starting_plans(graph, budget, control, method=method, time_share=STARTS_SHARE)
     candidates = [] if starts.best is None else [starts.best]
-    if not control.stopped:
+    if not control.stopped and not _proven(candidates, starts.bound, settings.mip_gap):
         candidates.extend(_through_coarse_graph(graph, budget, control, settings, blocks or DEFAULT_BLOCKS, method))
     best = _cheapest(graph, budget, candidates)
-    best = swap_holds(graph, best, budget, control.child(None), method=method, seed=settings.seed)
+    if not _proven([best], starts.bound, settings.mip_gap):
+        best = swap_holds(graph, best, budget, control.child(None), method=method, seed=settings.seed)
     return _final(graph, budget, best, starts.bound, settings.mip_gap, started, control, method)
+
+
+def _proven(plans: list[Plan], bound: float, gap: float) -> bool:
+    """Whether one of the plans already meets the bound (within `gap`): nothing left to search for."""
+    return any(plan.cost <= bound * (1 + gap) + 1e-9 for plan in plans)
 
 
 def coarsened_approx(
@@ -72,7 +78,7 @@ def coarsened_approx(
     started = time.perf_counter()
     starts = starting_plans(graph, budget, control, method=method, time_share=STARTS_SHARE)
     candidates = [] if starts.best is None else [starts.best]
-    if not control.stopped:
+    if not control.stopped and not _proven(candidates, starts.bound, 0.0):
         coarsening = coarsen(graph, choose_partition(graph, blocks or DEFAULT_BLOCKS))
         try:
             coarse_plan = approx(
@@ -115,7 +121,7 @@ def _final(
         method=method,
         solve_time=time.perf_counter() - started,
         budget=budget,
-        status="optimal" if best.cost <= bound * (1 + gap) + 1e-9 else "feasible",
+        status="optimal" if _proven([best], bound, gap) else "feasible",
         lower_bound=min(bound, best.cost),
     )
     control.report("done", cost=final.cost, bound=final.lower_bound)
