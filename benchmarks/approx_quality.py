@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="JSON file of budgets and optima to reuse and extend")
     args = parser.parse_args()
 
-    cache: dict[str, list] = {}
+    cache: dict[str, Any] = {}  # "<graph> smallest": bytes; "<graph> b=<budget> tl=<s>": [cost or None, proven]
     if args.cache is not None and args.cache.exists():
         cache = json.loads(args.cache.read_text())
     ratios: list[float] = []

@@ -122,8 +122,9 @@ def approx(
     control.report("approx: LP bound", bound=bound)
     scale = memory_scale(graph, memory_resolution)
     rng = np.random.default_rng(seed)
-    pool: dict[bytes, _Rounding] = {}  # every distinct rounding (its S, cost and excess), by S's bytes
-    tried: set[bytes] = set()
+    seen: set[bytes] = set()  # the rounded S evaluated
+    pool: dict[bytes, _Rounding] = {}  # their plans, by the bytes of S with unused checkpoints dropped
+    tried: set[bytes] = set()  # the keys of pool that a local search started from
     best: _State | None = None
 
     def consider(state: _State | None) -> None:
@@ -146,10 +147,10 @@ def approx(
         for S in _roundings(graph, S_fractional, thresholds, samples, rng):
             if control.stopped:
                 break
-            key = S.tobytes()
-            if key not in pool:
+            if S.tobytes() not in seen:
+                seen.add(S.tobytes())
                 state = search.state(S)
-                pool[key] = _Rounding(state.S, state.cost, state.excess)
+                pool.setdefault(state.key, _Rounding(state.S, state.cost, state.excess))
                 consider(state)
         if improve:
             for rounding in _starts(pool, tried, starts):
@@ -158,9 +159,10 @@ def approx(
                 consider(search.run(search.state(rounding.S)))
     if improve and not control.stopped and best is None:
         for rounding in _starts(pool, tried, len(pool)):  # nothing fits yet: repair every rounding, best first
-            if control.stopped or best is not None:
-                break
-            consider(search.run(search.state(rounding.S)))
+            for bridges in (True, False):  # without bridges the repair's choices differ, and sometimes fit
+                if control.stopped or best is not None:
+                    break
+                consider(search.run(search.state(rounding.S), bridges=bridges))
     if best is None:
         if control.interrupted:
             reason = "stopped (interrupted) before a plan was found"
@@ -386,11 +388,9 @@ class _LocalSearch:
 
     # search
 
-    def run(self, state: _State) -> _State | None:
+    def run(self, state: _State, *, bridges: bool = True) -> _State | None:
         """Repair `state` into the budget (None if that fails), then improve it until no move helps."""
-        repaired = self._repair(state)
-        if repaired is None:  # the greedy choices differ without bridges, and sometimes fit where it did not
-            repaired = self._repair(state, bridges=False)
+        repaired = self._repair(state, bridges=bridges)
         return None if repaired is None else self._improve(repaired)
 
     def _repair(self, state: _State, *, bridges: bool = True) -> _State | None:
