@@ -116,15 +116,19 @@ def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:
     Returns:
         bool[T, T]: the minimal R that makes (R, S) satisfy (1b), (1c) and (8a). It does not look at memory.
     """
-    S = S.astype(bool)
+    return cheapest_r_rows(graph, S.astype(bool), np.arange(graph.size))
+
+
+def cheapest_r_rows(graph: Graph, S: np.ndarray, stages: np.ndarray) -> np.ndarray:
+    """Rows `stages` of `cheapest_r(graph, S)` (bool[len(stages), T]): each stage depends only on S[t] and S[t+1]."""
     T = graph.size
-    R = np.eye(T, dtype=bool)
-    # (1c) S[t, i] <= R[t-1, i] + S[t-1, i]: compute v_i in stage t-1 to materialise a new checkpoint.
-    R[:-1] |= S[1:] & ~S[:-1]
     preds = graph.predecessors
-    for t in range(T):
-        row = R[t]
+    R = np.zeros((len(stages), T), dtype=bool)
+    for row, t in zip(R, (int(stage) for stage in stages), strict=True):
         held = S[t]
+        row[t] = True  # (8a)
+        if t + 1 < T:
+            row |= S[t + 1] & ~held  # (1c) S[t+1, i] <= R[t, i] + S[t, i]: compute v_i to materialise a checkpoint
         # (1b) R[t, j] <= R[t, i] + S[t, i] for (i, j) in E: visit the stage's computed nodes right to left
         # (a max-heap of indices), computing each missing input as a temporary.
         pending = [-int(v) for v in np.flatnonzero(row)]

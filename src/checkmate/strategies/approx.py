@@ -25,7 +25,6 @@ each other LP what is left, the search stops when the time is up, and the best p
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
@@ -38,7 +37,7 @@ from checkmate.milp.backends import get_backend
 from checkmate.milp.formulation import decode_fractional, encode
 from checkmate.milp.problem import SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, MemoryScale, memory_scale, relaxed_scale
-from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES, infeasible
@@ -284,7 +283,6 @@ class _LocalSearch:
         self.on_better: Callable[[_State], None] | None = None  # told of every plan the search moves to
         self.costs = graph.costs
         self.memory = graph.memory.astype(np.int64)
-        self.predecessors = graph.predecessors
         edges = graph.edges
         order = np.argsort(edges[:, 0], kind="stable")
         self.src, self.dst = edges[order, 0], edges[order, 1]
@@ -345,23 +343,8 @@ class _LocalSearch:
         return read
 
     def _cheapest_rows(self, S: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Rows `rows` of `checkmate.plan.cheapest_r(graph, S)`, computed the same way (Algorithm 2, steps 2-4)."""
-        T, predecessors = self.T, self.predecessors
-        out = np.zeros((rows.size, T), dtype=bool)
-        for n, t in enumerate(rows.tolist()):
-            row, held = out[n], S[t]
-            row[t] = True
-            if t + 1 < T:
-                row |= S[t + 1] & ~held  # (1c): compute v_i in stage t to materialise a checkpoint
-            pending = [-v for v in np.flatnonzero(row).tolist()]  # (1b): missing inputs, right to left
-            heapq.heapify(pending)
-            while pending:
-                v = -heapq.heappop(pending)
-                for u in predecessors[v]:
-                    if not held[u] and not row[u]:
-                        row[u] = True
-                        heapq.heappush(pending, -u)
-        return out
+        """Rows `rows` of `checkmate.plan.cheapest_r(graph, S)`."""
+        return cheapest_r_rows(self.graph, S, rows)
 
     def _usage(self, R: np.ndarray, S: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """int64[len(rows), T]: bytes in use just after stage t computes node k, as `simulate` counts them (fixed
