@@ -131,6 +131,7 @@ def test_a_solve_that_finds_nothing_names_the_budget_a_baseline_meets(monkeypatc
     real_backend = optimal.get_backend
     monkeypatch.setattr(optimal, "get_backend", lambda name: NothingInTime(real_backend(name)))
     monkeypatch.setattr(optimal, "starting_plans", lambda graph, *args, **kwargs: Starts(None, graph.costs.sum()))
+    monkeypatch.setattr(optimal, "_rounded", lambda *args: None)
     graph = random_training_graph(8, seed=4)  # smallest budget 66; the lowest baseline peak, chen_sqrtn_linear: 78
     with pytest.raises(checkmate.InfeasibleBudget, match=r"not proven.*chen_sqrtn_linear fits") as caught:
         checkmate.solve(graph, 70, method="optimal", time_limit=5)

@@ -1,11 +1,14 @@
-"""optimal: the paper's MILP (eq. 9) solved by HiGHS, SCIP or Gurobi, warm-started from the best baseline.
+"""optimal: the paper's MILP (eq. 9) solved by HiGHS, SCIP (or both at once) or Gurobi, warm-started.
 
-The LP relaxation is solved first: when its bound already meets the best baseline's cost, that baseline is proven
-optimal without branching (this formulation's LP is tight on chains: the n = 128 chain at half memory is proven in
-the LP's 20 s where the MIP solvers spent 60 s without closing the root).
+Before the MIP: the starting plans (`checkmate.strategies.starts`: best baseline and the retention bound's answer,
+each improved by hold_more) and `approx` (the paper's LP rounding with a local search; its LP is the LP bound). When
+a bound already meets the best start's cost, that start is proven optimal without branching (this formulation's LP
+and the retention bound are tight on chains). The MIP is warm-started from the best start, so `optimal` is never
+worse than the baselines or `approx` given the same time.
 
-A time-limited solve never returns worse than that warm start, and `status` is "optimal" only when the solver
-proved it (within `mip_gap`) on an exactly scaled model.
+A time-limited solve never returns worse than that warm start, and `status` is "optimal" only when a bound proves
+it (within `mip_gap`; the MIP's own bound only on an exactly scaled model). Graphs above EXACT_NODES nodes go
+through a coarse graph (`checkmate.strategies.coarsened`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from checkmate.bounds import activation_floor, infeasible_budget, lower_bound
+from checkmate.bounds import activation_floor, infeasible_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import available_backends, get_backend
@@ -41,6 +44,9 @@ METHOD = "optimal"
 # PORTFOLIO_VARIABLES variables on, HiGHS and SCIP run side by side (neither wins on every real graph).
 AUTO_ORDER = ("highs", "scip")
 PORTFOLIO_VARIABLES = 20_000
+# The share of the time left that `approx` may take before the MIP (it returns early when it has nothing left to
+# try; its LP is also the LP bound).
+APPROX_SHARE = 0.8
 
 
 def choose_backend(name: str, num_variables: int = 0) -> str:
@@ -157,8 +163,13 @@ def solve_milp(
         "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
     )
     starts = starting_plans(graph, budget, deadline, method=method, time_share=0.15)
-    fallback = starts.best
-    lp_bound = None if deadline.stopped else _lp_bound(graph, budget, problem, scale.exact, deadline.share(0.5))
+    rounded = None if deadline.stopped else _rounded(graph, budget, deadline, settings.seed)
+    fallback = min(
+        (plan for plan in (starts.best, rounded) if plan is not None),
+        key=lambda plan: (plan.cost, plan.peak_memory),
+        default=None,
+    )
+    lp_bound = rounded.lower_bound if rounded is not None else None  # approx's LP: the paper's relaxation
     if lp_bound is not None:
         deadline.report(f"{phase}: LP bound", bound=lp_bound)
     first_bound = max(starts.bound, lp_bound or starts.bound)
@@ -192,6 +203,20 @@ def solve_milp(
     return final
 
 
+def _rounded(graph: Graph, budget: int, control: SearchControl, seed: int) -> Plan | None:
+    """`approx` on this graph within a share of the time: its plan is a start, its LP bound a bound (so `optimal` is
+    never worse than `approx`, which on small graphs often finds the optimum before the MIP does)."""
+    from checkmate.strategies.approx import approx
+
+    try:
+        return approx(
+            graph, budget, seed=seed, exact_nodes=graph.size, control=control.child(control.share(APPROX_SHARE))
+        )
+    except InfeasibleBudget as error:
+        log.info("approx found no start: %s", error)
+        return None
+
+
 def _reporter(control: SearchControl, phase: str, exact: bool) -> Callable[[float | None, float | None], None]:
     """The solver's progress hook: its incumbent is a plan's cost; its bound counts only for an exact scaling."""
 
@@ -216,18 +241,6 @@ def _final(
     )
     assert final.peak_memory <= budget, "the MILP's plan must fit the budget it was solved for"
     return final
-
-
-def _lp_bound(graph: Graph, budget: int, problem: MilpProblem, exact: bool, time_limit: float | None) -> float | None:
-    """The LP bound, valid in bytes (None if the LP ran out of time); raises when the LP proves infeasibility."""
-    if time_limit is not None and time_limit <= 0:
-        return None
-    if not exact:
-        return _relaxed_bound(graph, budget, time_limit)
-    solution = get_backend("highs").solve(problem.relaxed(), SolveOptions(time_limit=time_limit))
-    if solution.status is SolveStatus.INFEASIBLE:
-        raise infeasible_budget(graph, budget, method=METHOD)
-    return solution.objective if solution.status is SolveStatus.OPTIMAL else None
 
 
 def _start(graph: Graph, problem: MilpProblem, index: VariableIndex, fallback: Plan | None) -> np.ndarray | None:
@@ -255,13 +268,6 @@ def _best_plan(
             candidates.append(pruned)
     fitting = [plan for plan in candidates if plan.peak_memory <= budget]
     return min(fitting, key=lambda plan: (plan.cost, plan is fallback)) if fitting else None
-
-
-def _relaxed_bound(graph: Graph, budget: int, time_limit: float | None) -> float | None:
-    try:
-        return lower_bound(graph, budget, time_limit=time_limit)
-    except InfeasibleBudget:
-        return None
 
 
 def _nothing_found(
