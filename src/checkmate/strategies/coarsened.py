@@ -23,10 +23,10 @@ import time
 from checkmate.coarsen import choose_partition, coarsen, expand_plan
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.plan import Plan, make_plan
+from checkmate.plan import Plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.hold_more import hold_more, swap_holds
-from checkmate.strategies.optimal import MilpSettings, solve_milp
+from checkmate.strategies.optimal import MilpSettings, final_plan, solve_milp
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import lowest_peak_baseline
 from checkmate.units import format_bytes
@@ -114,15 +114,8 @@ def _final(
     method: str,
 ) -> Plan:
     """The plan with its bound, "optimal" when the bound meets its cost (within `gap`)."""
-    final = make_plan(
-        graph,
-        best.R,
-        best.S,
-        method=method,
-        solve_time=time.perf_counter() - started,
-        budget=budget,
-        status="optimal" if _proven([best], bound, gap) else "feasible",
-        lower_bound=min(bound, best.cost),
+    final = final_plan(
+        graph, budget, best, proven=_proven([best], bound, gap), bound=bound, started=started, method=method
     )
     control.report("done", cost=final.cost, bound=final.lower_bound)
     return final

@@ -175,7 +175,7 @@ def solve_milp(
     first_bound = max(starts.bound, lp_bound or starts.bound)
     if fallback is not None and fallback.cost - first_bound <= settings.mip_gap * fallback.cost:
         log.info("the bound %.6g proves the starting plan optimal", first_bound)
-        return _final(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
+        return final_plan(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
     remaining = deadline.remaining()
     options = SolveOptions(
         time_limit=None if remaining is None else max(1.0, remaining),
@@ -198,7 +198,9 @@ def solve_milp(
     proven = (
         solution.status is SolveStatus.OPTIMAL and scale.exact and plan.cost <= (solution.objective or np.inf) + 1e-6
     )
-    final = _final(graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method)
+    final = final_plan(
+        graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method
+    )
     deadline.report(phase, cost=final.cost, bound=final.lower_bound)
     return final
 
@@ -226,9 +228,10 @@ def _reporter(control: SearchControl, phase: str, exact: bool) -> Callable[[floa
     return report
 
 
-def _final(
+def final_plan(
     graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float, method: str
 ) -> Plan:
+    """The plan as the strategy returns it: its method, time since `started`, status and bound (capped at its cost)."""
     final = make_plan(
         graph,
         plan.R,
@@ -239,7 +242,7 @@ def _final(
         status="optimal" if proven else "feasible",
         lower_bound=None if bound is None else min(bound, plan.cost),
     )
-    assert final.peak_memory <= budget, "the MILP's plan must fit the budget it was solved for"
+    assert final.peak_memory <= budget, "a plan must fit the budget it was made for"
     return final
 
 
