@@ -28,7 +28,7 @@ from checkmate.progress import SearchControl
 from checkmate.strategies.hold_more import hold_more, swap_holds
 from checkmate.strategies.optimal import MilpSettings, final_plan, solve_milp
 from checkmate.strategies.starts import starting_plans
-from checkmate.strategies.warm_start import lowest_peak_baseline
+from checkmate.strategies.warm_start import unproven_infeasibility
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -147,11 +147,9 @@ def _through_coarse_graph(
 
 
 def _nothing_found(graph: Graph, budget: int) -> InfeasibleBudget:
-    known = lowest_peak_baseline(graph)
-    works = "" if known is None else f"; {known.method} fits {format_bytes(known.peak_memory)} ({known.peak_memory} B)"
-    return InfeasibleBudget(
-        f"no plan within {format_bytes(budget)} ({budget} bytes) was found on the coarse graph or by any baseline; "
-        f"infeasibility is not proven. Raise the budget, the time limit or coarse_nodes{works}",
-        budget=budget,
-        minimum=None if known is None else known.peak_memory,
+    return unproven_infeasibility(
+        graph,
+        budget,
+        f"no plan within {format_bytes(budget)} ({budget} bytes) was found on the coarse graph or by any baseline",
+        "Raise the budget, the time limit or coarse_nodes",
     )

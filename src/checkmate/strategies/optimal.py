@@ -33,7 +33,7 @@ from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES
 from checkmate.strategies.registry import register
 from checkmate.strategies.starts import starting_plans
-from checkmate.strategies.warm_start import lowest_peak_baseline
+from checkmate.strategies.warm_start import unproven_infeasibility
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -152,16 +152,6 @@ def solve_milp(
     """
     started = time.perf_counter()
     deadline = control.child(time_limit, reports=proves)
-    scale = memory_scale(graph, settings.memory_resolution)
-    problem, index = encode(
-        graph,
-        scale.budget_units(budget, graph.fixed_memory),
-        scale,
-        recompute_backward=settings.recompute_backward,
-    )
-    log.info(
-        "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
-    )
     starts = starting_plans(graph, budget, deadline, method=method, time_share=0.15)
     rounded = None if deadline.stopped else _rounded(graph, budget, deadline, settings.seed)
     fallback = min(
@@ -176,6 +166,16 @@ def solve_milp(
     if fallback is not None and fallback.cost - first_bound <= settings.mip_gap * fallback.cost:
         log.info("the bound %.6g proves the starting plan optimal", first_bound)
         return final_plan(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
+    scale = memory_scale(graph, settings.memory_resolution)
+    problem, index = encode(
+        graph,
+        scale.budget_units(budget, graph.fixed_memory),
+        scale,
+        recompute_backward=settings.recompute_backward,
+    )
+    log.info(
+        "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
+    )
     remaining = deadline.remaining()
     options = SolveOptions(
         time_limit=None if remaining is None else max(1.0, remaining),
@@ -278,11 +278,10 @@ def _nothing_found(
 ) -> InfeasibleBudget:
     if solution.status is SolveStatus.INFEASIBLE:
         return infeasible_budget(graph, budget, method=method)
-    known = lowest_peak_baseline(graph)
-    works = "" if known is None else f"; {known.method} fits {format_bytes(known.peak_memory)} ({known.peak_memory} B)"
-    return InfeasibleBudget(
+    return unproven_infeasibility(
+        graph,
+        budget,
         f"{method}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
-        f"({time_limit} s) and no baseline fits; infeasibility is not proven. Raise time_limit or the budget{works}",
-        budget=budget,
-        minimum=None if known is None else known.peak_memory,
+        f"({time_limit} s) and no baseline fits",
+        "Raise time_limit or the budget",
     )

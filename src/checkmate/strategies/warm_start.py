@@ -8,6 +8,7 @@ from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.strategies.registry import call_strategy, strategies
+from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +47,15 @@ def lowest_peak_baseline(graph: Graph) -> Plan | None:
         if isinstance(result, Plan):
             plans.append(result)
     return min(plans, key=lambda plan: (plan.peak_memory, plan.cost)) if plans else None
+
+
+def unproven_infeasibility(graph: Graph, budget: int, found_nothing: str, advice: str) -> InfeasibleBudget:
+    """The error of a search that found no plan within `budget` without proving that none exists: it says what found
+    nothing and what to raise, and names the lowest baseline peak as a budget known to work (its `minimum`)."""
+    known = lowest_peak_baseline(graph)
+    works = "" if known is None else f"; {known.method} fits {format_bytes(known.peak_memory)} ({known.peak_memory} B)"
+    return InfeasibleBudget(
+        f"{found_nothing}; infeasibility is not proven. {advice}{works}",
+        budget=budget,
+        minimum=None if known is None else known.peak_memory,
+    )
