@@ -44,12 +44,14 @@ class Captured:
         module: the joint forward + backward fx graph.
         members: for each graph node, the names of the fx nodes it evaluates, in execution order.
         exports: for each graph node, the names of its fx values read by other graph nodes.
-        parameter_names: the model's parameter names, in placeholder order.
-        buffer_names: the model's buffer names, in placeholder order (after the parameters).
+        parameter_names: the model's parameters in placeholder order, each tensor once under the first name
+            `named_parameters()` gives it (a tied tensor is one placeholder and gets one, summed, gradient).
+        buffer_names: the model's buffers likewise, in placeholder order (after the parameters).
         batch_shapes: (shape, dtype name) of each flattened batch tensor, in placeholder order.
         batch_spec: the pytree spec of the batch, to flatten a new batch the same way.
         loss: fx name of the scalar loss.
-        gradients: for each parameter, the fx name of its gradient, or None when it gets none.
+        gradients: for each parameter, the fx name of its gradient, or None when it gets none (frozen, or not
+            reached from the loss: its `.grad` is left alone, as eager leaves it).
         buffer_updates: for each buffer, the fx name of its new value, or None when the step leaves it alone.
         random_nodes: graph nodes that draw random numbers.
         cost_model: the cost model that priced the nodes ("profile", "flops" or "unit").

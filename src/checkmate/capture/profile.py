@@ -35,6 +35,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from checkmate.capture.grouping import find_owners
+from checkmate.capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,9 @@ def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], timer: An
             else:
                 env[node], seconds = timer(node.target, args, kwargs)
                 yield node, seconds, None
+            stride = traced_stride(node)
+            if stride is not None:
+                env[node] = conform_layout(env[node], stride)
         for argument in node.all_input_nodes:
             if last_use[argument] == index:
                 del env[argument]

@@ -18,13 +18,15 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate.capture.model_state import ModelState, distinct_state, parameters_without_gradient
 from checkmate.errors import CaptureError
 
 log = logging.getLogger(__name__)
 
 LossFunction = Callable[..., torch.Tensor]
 
-_PREFIX = "model."
+_PARAMETER = "parameter_"
+_BUFFER = "buffer_"
 
 
 @dataclass(frozen=True)
@@ -53,17 +55,37 @@ class Trace:
 
 
 class _Step(nn.Module):
-    """Wraps `loss_fn(model, *batch)` as a module over the flattened batch, returning `(loss,)`."""
+    """`loss_fn(model, *batch)` as a module over the flattened batch, returning `(loss,)`.
 
-    def __init__(self, model: nn.Module, loss_fn: LossFunction, batch_spec: Any) -> None:
+    The model's distinct parameters and buffers are this module's own, under positional names (`parameter_3`), and
+    the model itself is held outside the module tree: AOTAutograd lifts each tensor once however many names the
+    model gives it. The forward swaps them into the model for the call with `_reparametrize_module`, the context
+    manager behind `torch.func.functional_call` (which can only call the model's own forward, not `loss_fn`);
+    `tie_weights=True` gives every name of a shared tensor the one lifted tensor.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: LossFunction, batch_spec: Any, state: ModelState) -> None:
         super().__init__()
-        self.model = model
+        self.held = (model,)
         self.loss_fn = loss_fn
         self.batch_spec = batch_spec
+        self.parameter_names = tuple(state.parameters)
+        self.buffer_names = tuple(state.buffers)
+        for index, parameter in enumerate(state.parameters.values()):
+            self.register_parameter(f"{_PARAMETER}{index}", parameter)
+        for index, buffer in enumerate(state.buffers.values()):
+            self.register_buffer(f"{_BUFFER}{index}", buffer)
 
     def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.loss(leaves),)
+
+    def loss(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+        own = dict(self.named_parameters()) | dict(self.named_buffers())
+        state = {name: own[f"{_PARAMETER}{index}"] for index, name in enumerate(self.parameter_names)}
+        state |= {name: own[f"{_BUFFER}{index}"] for index, name in enumerate(self.buffer_names)}
         batch = pytree.tree_unflatten(list(leaves), self.batch_spec)
-        return (self.loss_fn(self.model, *batch),)
+        with torch.nn.utils.stateless._reparametrize_module(self.held[0], state, tie_weights=True):
+            return self.loss_fn(self.held[0], *batch)
 
 
 def flatten_batch(batch: Sequence[Any]) -> tuple[list[torch.Tensor], Any]:
@@ -84,7 +106,10 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
 
     leaves, spec = flatten_batch(batch)
     fake_model, fake_leaves = _fake_copies(model, leaves)
-    step = _Step(fake_model, loss_fn, spec)
+    state = distinct_state(fake_model)
+    step = _Step(fake_model, loss_fn, spec, state)
+    for name in _without_gradient(step, fake_leaves, state):
+        state.parameters[name].requires_grad_(False)
     try:
         module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
     except CaptureError:
@@ -93,23 +118,33 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
         raise CaptureError(explain_trace_error(error)) from error
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
-    _check_signature(signature)
-    parameter_names = tuple(name.removeprefix(_PREFIX) for name in signature.parameters)
-    buffer_names = tuple(name.removeprefix(_PREFIX) for name in signature.buffers)
+    model_name = {f"{_PARAMETER}{index}": name for index, name in enumerate(state.parameters)}
+    model_name |= {f"{_BUFFER}{index}": name for index, name in enumerate(state.buffers)}
+    _check_signature(signature, model_name)
     gradient_of = {param: out for out, param in signature.backward_signature.gradients_to_parameters.items()}
     update_of = {buffer: out for out, buffer in signature.buffers_to_mutate.items()}
     loss = signature.user_outputs[0]
     _check_loss(module, loss)
     return Trace(
         module=module,
-        parameter_names=parameter_names,
-        buffer_names=buffer_names,
+        parameter_names=tuple(model_name[name] for name in signature.parameters),
+        buffer_names=tuple(model_name[name] for name in signature.buffers),
         batch_shapes=tuple((tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) for leaf in leaves),
         batch_spec=spec,
         loss=loss,
         gradients=tuple(gradient_of.get(name) for name in signature.parameters),
         buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
     )
+
+
+def _without_gradient(step: _Step, fake_leaves: list[torch.Tensor], state: ModelState) -> frozenset[str]:
+    """The trainable parameters the loss does not depend on, from one forward and backward on the fake copy."""
+    try:
+        return parameters_without_gradient(lambda: step.loss(fake_leaves), state.parameters)
+    except CaptureError:
+        raise
+    except Exception as error:
+        raise CaptureError(explain_trace_error(error)) from error
 
 
 def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
@@ -134,8 +169,8 @@ def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Modul
     return fake_model, [fake_mode.from_tensor(leaf) for leaf in leaves]
 
 
-def _check_signature(signature: Any) -> None:
-    mutated = [name.removeprefix(_PREFIX) for name in signature.parameters_to_mutate.values()]
+def _check_signature(signature: Any, model_name: dict[str, str]) -> None:
+    mutated = [model_name[name] for name in signature.parameters_to_mutate.values()]
     mutated += [
         f"batch tensor {signature.user_inputs.index(name)}" for name in signature.user_inputs_to_mutate.values()
     ]

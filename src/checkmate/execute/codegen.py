@@ -45,6 +45,8 @@ class Operation:
         args: positional arguments, with fx values replaced by Reference.
         kwargs: keyword arguments, likewise.
         release: names of member values that die right after this operation (last use within the node).
+        stride: the strides the value had when traced, for values that a kernel may lay out otherwise at run time
+            (None for views and non-tensors): see `node_function`'s `conform`.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Operation:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     release: tuple[str, ...]
+    stride: tuple[int, ...] | None = None
 
 
 class OperationFailed(Exception):
@@ -64,9 +67,21 @@ class OperationFailed(Exception):
         self.error = error
 
 
-def node_function(label: str, operations: tuple[Operation, ...], taken: Collection[str]) -> NodeFunction:
-    """Compile `operations` into `run(env, take)`; `taken` names the values to hand to `take` as they are made."""
+def node_function(
+    label: str,
+    operations: tuple[Operation, ...],
+    taken: Collection[str],
+    conform: Callable[[Any, tuple[int, ...], str], Any] | None = None,
+) -> NodeFunction:
+    """Compile `operations` into `run(env, take)`; `taken` names the values to hand to `take` as they are made.
+
+    A kernel may lay its output out otherwise than its fake (meta) version did when the step was traced (CPU
+    batch norm returns a contiguous tensor for a transposed input, its meta function keeps the input's strides),
+    and a traced `view` of it then fails. When `conform` is given, each value with a traced `stride` whose
+    strides differ is replaced by `conform(value, stride, name)` right after it is made.
+    """
     names = _Names()
+    conform_name = names.bind(conform, "conform") if conform is not None else None
     lines = ["def run(env, take):", "    at = 0", "    try:"]
     for position, operation in enumerate(operations):
         function = names.bind(operation.function, "f")
@@ -74,6 +89,11 @@ def node_function(label: str, operations: tuple[Operation, ...], taken: Collecti
         arguments += [f"{key}={names.render(value)}" for key, value in operation.kwargs.items()]
         lines.append(f"        at = {position}")
         lines.append(f"        env[{operation.name!r}] = {function}({', '.join(arguments)})")
+        if conform_name is not None and operation.stride is not None:
+            stride = names.bind(operation.stride, "s")
+            value, name = f"env[{operation.name!r}]", repr(operation.name)
+            fixed = f"{conform_name}({value}, {stride}, {name})"
+            lines.append(f"        if {value}.stride() != {stride}: {value} = {fixed}")
         if operation.name in taken:
             lines.append(f"        if take is not None: take({operation.name!r})")
         lines.extend(f"        del env[{name!r}]" for name in operation.release)

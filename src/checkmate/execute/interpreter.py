@@ -25,6 +25,7 @@ import torch
 import torch.fx
 from torch.fx.node import map_aggregate
 
+from checkmate.capture.strides import conform_layout, traced_stride
 from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
 from checkmate.execute.codegen import NodeFunction, Operation, OperationFailed, Reference, node_function
@@ -141,7 +142,7 @@ def _node_program(
     return NodeProgram(
         label=label,
         operations=tuple(operations),
-        run=node_function(label, tuple(operations), taken),
+        run=node_function(label, tuple(operations), taken, conform=_conform_layout),
         exports=tuple(captured.exports[index]),
         loss=loss,
         gradients=gradients,
@@ -160,7 +161,27 @@ def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
     if not callable(fx_node.target):
         raise ExecutionError(f"fx node {fx_node.name!r} has target {fx_node.target!r}, which is not callable")
     function = fx_node.target._op if isinstance(fx_node.target, torch._ops.OpOverload) else fx_node.target
-    return Operation(fx_node.name, fx_node.target, function, args, kwargs, release)
+    return Operation(fx_node.name, fx_node.target, function, args, kwargs, release, traced_stride(fx_node))
+
+
+def _conform_layout(tensor: torch.Tensor, stride: tuple[int, ...], name: str) -> torch.Tensor:
+    """The value in its traced layout (`checkmate.capture.strides`); a copy, held beside the original for a moment,
+    that the plan does not count: logged once per fx node."""
+    laid_out = conform_layout(tensor, stride)
+    if laid_out is not tensor and name not in _layouts_warned:
+        _layouts_warned.add(name)
+        log.warning(
+            "fx node %r came out with strides %s where the trace had %s: copied into the traced layout, holding "
+            "%d bytes more than the plan counts for a moment",
+            name,
+            tuple(tensor.stride()),
+            stride,
+            tensor.numel() * tensor.element_size(),
+        )
+    return laid_out
+
+
+_layouts_warned: set[str] = set()
 
 
 def run_schedule(
