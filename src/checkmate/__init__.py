@@ -5,7 +5,6 @@ The core (graph, plan, simulate, strategies) imports no torch; `capture` and `co
 
 from typing import Any
 
-from checkmate.bounds import lower_bound, minimum_budget
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -21,6 +20,7 @@ from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simulate
 from checkmate.solve import solve
+from checkmate.strategies.feasibility import lower_bound, minimum_budget
 from checkmate.units import format_bytes, parse_bytes
 
 

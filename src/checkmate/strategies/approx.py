@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from checkmate.bounds import activation_floor, infeasible_budget
+from checkmate.bounds import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
 from checkmate.milp.formulation import decode_fractional, encode
@@ -41,6 +41,7 @@ from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES, infeasible
+from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.registry import register
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from checkmate.bounds import activation_floor, infeasible_budget
+from checkmate.bounds import activation_floor
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import available_backends, get_backend
@@ -31,6 +31,7 @@ from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES
+from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.registry import register
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import unproven_infeasibility

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from checkmate.bounds import infeasible_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.retention_bound import retention_bound
 from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
 from checkmate.progress import SearchControl
+from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.hold_more import hold_more
 from checkmate.strategies.warm_start import best_baseline
 

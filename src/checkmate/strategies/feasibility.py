@@ -1,0 +1,82 @@
+"""The smallest budget for which any schedule exists, and the error that names it when a budget is too small.
+
+Both start from the baselines (the lowest peak any of them reaches is a budget known to work) and tighten with the
+peak-minimising MILP of `checkmate.bounds.peak_range`.
+"""
+
+from __future__ import annotations
+
+from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxation_bound
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.strategies.warm_start import lowest_peak_baseline
+from checkmate.units import format_bytes
+
+MINIMUM_BUDGET_TIME_LIMIT = 10.0
+# Above this many nodes the peak-minimising MILP (O(T^2) variables) takes longer to load than its time limit;
+# minimum_budget then brackets the minimum by the activation floor and the lowest baseline peak.
+MINIMUM_BUDGET_MILP_NODES = 200
+
+
+def minimum_budget(
+    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = "highs"
+) -> BudgetRange:
+    """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP (graphs of up to
+    MINIMUM_BUDGET_MILP_NODES nodes; larger ones get the activation floor and the lowest baseline peak).
+
+    Args:
+        graph: the training graph.
+        time_limit: seconds for the solve; the range is exact when the solver proves optimality in time.
+        backend: the MILP backend.
+    """
+    floor = activation_floor(graph)
+    start_plan = lowest_peak_baseline(graph)
+    if start_plan is not None and start_plan.peak_memory <= floor:
+        return BudgetRange(lower=floor, upper=start_plan.peak_memory)
+    if graph.size > MINIMUM_BUDGET_MILP_NODES:
+        return BudgetRange(lower=floor, upper=None if start_plan is None else start_plan.peak_memory)
+    return peak_range(graph, start_plan, time_limit=time_limit, backend=backend)
+
+
+def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> float:
+    """The LP relaxation's lower bound on the cost of any plan within `budget` bytes.
+
+    Args:
+        graph: the training graph.
+        budget: bytes, fixed memory included.
+        time_limit: seconds for the LP; when it runs out, the trivial bound (every node once) is returned.
+
+    Raises:
+        InfeasibleBudget: when even the relaxation has no solution (no schedule fits), naming the smallest budget.
+    """
+    bound = relaxation_bound(graph, budget, time_limit=time_limit)
+    if bound is None:
+        raise infeasible_budget(graph, budget, method="lower_bound")
+    return bound
+
+
+def infeasible_budget(
+    graph: Graph, budget: int, *, method: str, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT
+) -> InfeasibleBudget:
+    """The error for a budget no schedule meets, stating the smallest budget for which one exists."""
+    found = minimum_budget(graph, time_limit=time_limit)
+    asked = f"{format_bytes(budget)} ({budget} bytes)"
+    if found.exact:
+        assert found.upper is not None
+        message = (
+            f"{method}: no schedule fits {asked}; the smallest budget for which any schedule exists is "
+            f"{format_bytes(found.upper)} ({found.upper} bytes). Raise the budget to at least that"
+        )
+        return InfeasibleBudget(message, budget=budget, minimum=found.upper)
+    if found.upper is None:
+        message = (
+            f"{method}: no schedule fits {asked}; none exists below {found.lower} bytes, and no schedule was found "
+            f"within {time_limit:g} s to say how much more is needed"
+        )
+        return InfeasibleBudget(message, budget=budget, minimum=None)
+    message = (
+        f"{method}: no schedule fits {asked}. A schedule exists at {format_bytes(found.upper)} ({found.upper} bytes) "
+        f"and none below {found.lower} bytes (a bound: the exact minimum was not proven within {time_limit:g} s); "
+        f"`minimum` is the budget known to work"
+    )
+    return InfeasibleBudget(message, budget=budget, minimum=found.upper)
