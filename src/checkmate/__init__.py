@@ -13,6 +13,7 @@ from checkmate.errors import (
     InfeasibleBudget,
     InvalidGraph,
     InvalidSchedule,
+    MethodNotApplicable,
     SolverUnavailable,
 )
 from checkmate.graph import Graph, Node
@@ -55,6 +56,7 @@ __all__ = [
     "InfeasibleBudget",
     "InvalidGraph",
     "InvalidSchedule",
+    "MethodNotApplicable",
     "Node",
     "Plan",
     "Progress",

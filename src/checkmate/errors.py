@@ -29,6 +29,10 @@ class InfeasibleBudget(CheckmateError, ValueError):
         self.minimum = minimum
 
 
+class MethodNotApplicable(CheckmateError, ValueError):
+    """The method does not handle this graph's shape (griewank needs a chain); the message names what to use."""
+
+
 class SolverUnavailable(CheckmateError, RuntimeError):
     """A solver backend was asked for but its package is not installed or not licensed."""
 

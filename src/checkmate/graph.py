@@ -134,10 +134,7 @@ class Graph:
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise InvalidGraph('graph JSON must be an object with a "nodes" list (and optional "fixed_memory")')
         nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
-        fixed = data.get("fixed_memory", 0)
-        if not isinstance(fixed, int) or isinstance(fixed, bool):
-            raise InvalidGraph(f"fixed_memory must be an integer number of bytes, got {fixed!r}")
-        return cls(tuple(nodes), fixed_memory=fixed)
+        return cls(tuple(nodes), fixed_memory=_whole_bytes(data.get("fixed_memory", 0)))
 
 
 def _node_to_dict(node: Node) -> dict[str, Any]:
@@ -181,8 +178,8 @@ def _node_from_dict(index: int, entry: Any) -> Node:
 
 
 def _validate(graph: Graph) -> None:
-    if not isinstance(graph.fixed_memory, int) or graph.fixed_memory < 0:
-        raise InvalidGraph(f"fixed_memory must be a non-negative integer, got {graph.fixed_memory!r}")
+    if not _is_byte_count(graph.fixed_memory):
+        raise InvalidGraph(f"fixed_memory must be an integer number of bytes >= 0, got {graph.fixed_memory!r}")
     if not graph.nodes:
         raise InvalidGraph("the graph has no nodes: a training step needs at least one op")
     seen: set[str] = set()
@@ -202,7 +199,7 @@ def _validate(graph: Graph) -> None:
             value = getattr(node, field)
             if value is None and field == "recompute_workspace":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            if not _is_byte_count(value):
                 raise InvalidGraph(f"{label}: {field} must be an integer number of bytes >= 0, got {value!r}")
         for source in node.inputs:
             if source == index:
@@ -213,3 +210,8 @@ def _validate(graph: Graph) -> None:
                 )
             if source < 0:
                 raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")
+
+
+def _is_byte_count(value: Any) -> bool:
+    """An integer >= 0 (numpy integers too), not a bool: `True` is an int to Python, not a number of bytes."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= 0

@@ -1,4 +1,13 @@
-"""Independent oracle: the cheapest plan at each budget by trying every useful S, with R = cheapest_r and `simulate`."""
+"""Independent oracle: the cheapest plan at each budget by exhaustive search, priced by the paper's equations.
+
+Nothing here calls the library's planning code (`cheapest_r`, `simulate`, `lower`): each candidate S gets the
+fewest computations the paper's constraints allow, derived here from (1b), (1c) and (8a), every candidate is checked
+against the constraints, and cost and peak come from `oracles.paper_cost_and_peak` (eqs. 1a, 2-5).
+
+Two restrictions keep the search small, and `full_frontier` (every R and S on the tiniest graphs) checks that they
+lose nothing: S is only tried where a value is held past its own stage and up to its last user, and R is the
+smallest one S allows (computing more never lowers the cost, and never frees memory sooner).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +15,9 @@ import functools
 import itertools
 
 import numpy as np
+from oracles import paper_cost_and_peak
 
 from checkmate.graph import Graph
-from checkmate.plan import cheapest_r
-from checkmate.simulate import simulate
 
 
 def useful_entries(graph: Graph) -> list[tuple[int, int]]:
@@ -21,6 +29,42 @@ def useful_entries(graph: Graph) -> list[tuple[int, int]]:
     return entries
 
 
+def fewest_computations(graph: Graph, S: np.ndarray) -> np.ndarray:
+    """The smallest R with R[t, t] = 1 (8a) meeting (1c) S[t+1, i] <= R[t, i] + S[t, i] and (1b) R[t, j] <= R[t, i]
+    + S[t, i] for each edge i -> j: in each stage, what must be computed, closed over inputs that are not held."""
+    T = graph.size
+    R = np.zeros((T, T), dtype=bool)
+    for t in range(T):
+        wanted = [t] + [i for i in range(t) if t + 1 < T and S[t + 1, i] and not S[t, i]]
+        while wanted:
+            node = wanted.pop()
+            if R[t, node]:
+                continue
+            R[t, node] = True
+            wanted.extend(i for i in graph.predecessors[node] if not S[t, i])
+    return R
+
+
+def meets_constraints(graph: Graph, R: np.ndarray, S: np.ndarray) -> bool:
+    """The paper's (1b), (1c) and (8a-c), each written over whole matrices."""
+    sources = np.array([i for j in range(graph.size) for i in graph.predecessors[j]], dtype=int)
+    readers = np.array([j for j in range(graph.size) for _ in graph.predecessors[j]], dtype=int)
+    frontier = bool(np.diag(R).all())  # (8a)
+    triangular = not np.triu(R, k=1).any() and not np.triu(S).any()  # (8b), (8c)
+    inputs_present = not (R[:, readers] & ~(R[:, sources] | S[:, sources])).any()  # (1b)
+    held_from_before = not (S[1:] & ~(R[:-1] | S[:-1])).any()  # (1c)
+    return frontier and triangular and inputs_present and held_from_before
+
+
+def _frontier(points: dict[int, float]) -> list[tuple[int, float]]:
+    frontier = []
+    running = np.inf
+    for peak in sorted(points):
+        running = min(running, points[peak])
+        frontier.append((peak, running))
+    return frontier
+
+
 @functools.cache  # the search is exponential: every test module asking for the same graph shares one run
 def cost_peak_frontier(graph: Graph) -> list[tuple[int, float]]:
     """Every (peak, cheapest cost at that peak or lower) step of the exhaustive search, sorted by peak."""
@@ -30,14 +74,31 @@ def cost_peak_frontier(graph: Graph) -> list[tuple[int, float]]:
         S = np.zeros((graph.size, graph.size), dtype=bool)
         for (t, i), bit in zip(entries, bits, strict=True):
             S[t, i] = bit
-        cost, peak = simulate(graph, cheapest_r(graph, S), S)
+        R = fewest_computations(graph, S)
+        assert meets_constraints(graph, R, S)
+        cost, peak = paper_cost_and_peak(graph, R, S)
         best[peak] = min(best.get(peak, np.inf), cost)
-    frontier = []
-    running = np.inf
-    for peak in sorted(best):
-        running = min(running, best[peak])
-        frontier.append((peak, running))
-    return frontier
+    return _frontier(best)
+
+
+def full_frontier(graph: Graph) -> list[tuple[int, float]]:
+    """The same frontier from every lower-triangular R (diagonal set) and S that meets the constraints: tiny graphs
+    only (2^(T(T-1)) candidates)."""
+    T = graph.size
+    below = [(t, i) for t in range(T) for i in range(t)]
+    best: dict[int, float] = {}
+    for r_bits in itertools.product((False, True), repeat=len(below)):
+        R = np.eye(T, dtype=bool)
+        for (t, i), bit in zip(below, r_bits, strict=True):
+            R[t, i] = bit
+        for s_bits in itertools.product((False, True), repeat=len(below)):
+            S = np.zeros((T, T), dtype=bool)
+            for (t, i), bit in zip(below, s_bits, strict=True):
+                S[t, i] = bit
+            if meets_constraints(graph, R, S):
+                cost, peak = paper_cost_and_peak(graph, R, S)
+                best[peak] = min(best.get(peak, np.inf), cost)
+    return _frontier(best)
 
 
 def cheapest_at(frontier: list[tuple[int, float]], budget: int) -> float | None:

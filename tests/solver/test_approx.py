@@ -7,14 +7,15 @@ import time
 
 import numpy as np
 import pytest
-from oracles import random_valid_s, with_workspace
+from exhaustive import fewest_computations, meets_constraints
+from oracles import paper_cost_and_peak, random_valid_s, with_workspace
 
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph
 from checkmate.plan import cheapest_r
 from checkmate.progress import Progress, SearchControl
-from checkmate.simulate import lower, simulate
+from checkmate.simulate import lower
 from checkmate.strategies.approx import _LocalSearch, _roundings
 
 # A forward DAG with skips (each node reads its predecessor and some earlier nodes), costs and sizes 1-9.
@@ -54,8 +55,10 @@ def test_approx_is_within_budget_the_lp_bound_and_1_1x_of_the_proven_optimum(nam
     assert best.status == "optimal", "the reference must be proven optimal"
     plan = checkmate.solve(graph, budget, method="approx", time_limit=30)
     assert plan.peak_memory <= budget
-    assert simulate(graph, plan.R, plan.S) == (plan.cost, plan.peak_memory)
-    assert (cheapest_r(graph, plan.S) == plan.R).all()
+    assert meets_constraints(graph, plan.R, plan.S)
+    cost, peak = paper_cost_and_peak(graph, plan.R, plan.S)
+    assert (plan.cost, plan.peak_memory) == (pytest.approx(cost), peak), "the paper's equations give the same"
+    assert (fewest_computations(graph, plan.S) == plan.R).all()
     assert plan.lower_bound is not None and plan.lower_bound <= plan.cost + 1e-9
     assert plan.lower_bound == pytest.approx(checkmate.lower_bound(graph, budget))
     assert best.cost - 1e-9 <= plan.cost <= RATIO * best.cost
@@ -71,7 +74,7 @@ def test_the_time_limit_is_for_the_whole_call_and_the_best_plan_so_far_comes_bac
     elapsed = time.perf_counter() - started
     assert elapsed <= 1.15 * limit + 0.5
     assert plan.peak_memory <= budget
-    assert simulate(graph, plan.R, plan.S) == (plan.cost, plan.peak_memory)
+    assert paper_cost_and_peak(graph, plan.R, plan.S) == (pytest.approx(plan.cost), plan.peak_memory)
     costs = [report.best_cost for report in reports if report.best_cost is not None]
     assert costs and costs == sorted(costs, reverse=True) and costs[-1] == plan.cost
     assert all(report.time_limit == limit for report in reports)

@@ -17,24 +17,25 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that.
     """
     T = graph.size
-    M = graph.memory.astype(np.int64)
+    M = [int(m) for m in graph.memory]
     W = [node.workspace for node in graph.nodes]
     W_again = [node.workspace if node.recompute_workspace is None else node.recompute_workspace for node in graph.nodes]
-    R = R.astype(np.int64)
-    S = S.astype(np.int64)
-    cost = float(sum(graph.costs[i] * R[t, i] for t in range(T) for i in range(T)))
+    R = R.astype(bool).tolist()
+    S = S.astype(bool).tolist()
+    later_users = [[[j for j in graph.users[i] if j > k] for i in graph.predecessors[k]] for k in range(T)]
+    cost = float(sum(float(graph.costs[i]) for t in range(T) for i in range(T) if R[t][i]))
     peak = 0
     for t in range(T):
-        held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=np.int64)
-        usage = int(sum(M[i] * S[t, i] for i in range(T)))
+        held_next = S[t + 1] if t + 1 < T else [False] * T
+        usage = sum(M[i] for i in range(T) if S[t][i])
         for k in range(T):
-            usage += int(R[t, k] * M[k])
-            if R[t, k]:
-                peak = max(peak, usage + (W[k] if k == t else W_again[k]))
-            for i in graph.predecessors[k]:
-                later = [j for j in graph.users[i] if j > k]
-                free = R[t, k] * (1 - held_next[i]) * int(np.prod([1 - R[t, j] for j in later]))
-                usage -= int(M[i] * free)
+            if not R[t][k]:
+                continue  # FREE[t, i, k] has the factor R[t, k]: nothing is freed after a node not computed
+            usage += M[k]
+            peak = max(peak, usage + (W[k] if k == t else W_again[k]))
+            for i, later in zip(graph.predecessors[k], later_users[k], strict=True):
+                if not held_next[i] and not any(R[t][j] for j in later):
+                    usage -= M[i]
     return cost, peak + graph.fixed_memory
 
 

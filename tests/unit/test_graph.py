@@ -50,6 +50,7 @@ def test_from_json_reads_the_documented_shape() -> None:
         ([Node("a", 1, 4, workspace=-1)], "workspace must be"),
         ([Node("a", 1, 4, workspace=2.5)], "workspace must be"),  # type: ignore[arg-type]
         ([Node("a", 1, 4, recompute_workspace=-2)], "recompute_workspace must be"),
+        ([Node("a", 1, True)], "memory must be"),  # type: ignore[arg-type]
         ([Node("a", -1.0, 4)], "cost must be"),
         ([Node("a", float("nan"), 4)], "cost must be"),
         ([Node("a", 1, 1), Node("a", 1, 1)], "used twice"),
@@ -61,6 +62,24 @@ def test_invalid_graphs_name_the_node(nodes: list[Node], message: str) -> None:
     with pytest.raises(InvalidGraph, match=message) as caught:
         Graph(tuple(nodes))
     assert "node" in str(caught.value) or "name" in str(caught.value)
+
+
+@pytest.mark.parametrize("fixed", [True, False, -1, 2.5, "10"])
+def test_fixed_memory_must_be_a_byte_count(fixed: object) -> None:
+    """A bool is an int to Python, but `fixed_memory=True` is a mistake, as is any non-integer."""
+    with pytest.raises(InvalidGraph, match="fixed_memory must be"):
+        Graph((Node("a", 1, 1),), fixed_memory=fixed)  # type: ignore[arg-type]
+    with pytest.raises(InvalidGraph, match="fixed_memory must be"):
+        Graph.from_json(json.dumps({"nodes": [{"name": "a", "cost": 1, "memory": 1}], "fixed_memory": fixed}))
+
+
+def test_whole_floats_read_as_bytes_for_node_memory_and_fixed_memory_alike() -> None:
+    """JSON writers may write 10 as 10.0; both byte fields take it back as the integer 10."""
+    text = '{"nodes": [{"name": "a", "cost": 1, "memory": 4.0, "workspace": 2.0}], "fixed_memory": 10.0}'
+    graph = Graph.from_json(text)
+    assert graph.fixed_memory == 10 and isinstance(graph.fixed_memory, int)
+    assert graph.nodes[0].memory == 4 and isinstance(graph.nodes[0].memory, int)
+    assert graph.nodes[0].workspace == 2
 
 
 @pytest.mark.parametrize(

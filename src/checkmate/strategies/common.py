@@ -40,7 +40,7 @@ def infeasible(method: str, budget: int, minimum: int | None, *, hint: str = "")
 def cheapest_within(plans: list[Plan], budget: int | None, *, method: str) -> Plan:
     """The cheapest plan within the budget (ties: lower peak); InfeasibleBudget naming the lowest peak otherwise."""
     if not plans:
-        raise ValueError(f"{method} produced no candidate plans")
+        raise RuntimeError(f"internal: {method} produced no candidate plans; please report the graph")
     within = [plan for plan in plans if fits(plan, budget)]
     if not within:
         assert budget is not None

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from checkmate.errors import InvalidGraph
+from checkmate.errors import MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.strategies.common import cheapest_within, fits, plan_from_s
@@ -35,13 +35,13 @@ def chain_length(graph: Graph) -> int:
     node 2n-j (the gradient of forward node j) reading the backward node before it, plus forward j and j-1.
 
     Raises:
-        InvalidGraph: the graph has another shape; the message says which node breaks it.
+        MethodNotApplicable: the graph has another shape; the message says which node breaks it.
     """
     T = graph.size
     n = (T - 1) // 2
     hint = "griewank only handles linear chains; use chen_sqrtn_linear, chen_greedy_linear or optimal instead"
     if T < 3 or T % 2 == 0 or int(graph.is_backward.sum()) != n + 1 or graph.is_backward[:n].any():
-        raise InvalidGraph(f"the graph is not a chain of n forward nodes, a loss and n gradients; {hint}")
+        raise MethodNotApplicable(f"the graph is not a chain of n forward nodes, a loss and n gradients; {hint}")
     for node, inputs in enumerate(graph.predecessors):
         if node <= n:
             required = allowed = {node - 1} - {-1}
@@ -49,7 +49,7 @@ def chain_length(graph: Graph) -> int:
             forward = 2 * n - node
             required, allowed = {node - 1}, {node - 1, forward, forward - 1} - {-1}
         if not required <= set(inputs) <= allowed:
-            raise InvalidGraph(
+            raise MethodNotApplicable(
                 f"node {node} ({graph.nodes[node].name!r}) reads {list(inputs)}, which breaks the chain shape; {hint}"
             )
     return n
@@ -137,7 +137,7 @@ def griewank(graph: Graph, budget: int | None, *, slots: int | None = None) -> P
     """Revolve with `slots` snapshots, or with the most slots (the cheapest plan) that fits the budget.
 
     Raises:
-        InvalidGraph: the graph is not a chain (see `chain_length`).
+        MethodNotApplicable: the graph is not a chain (see `chain_length`).
         InfeasibleBudget: even revolve with no snapshot slot needs more than the budget.
     """
     n = chain_length(graph)

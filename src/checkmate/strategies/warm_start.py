@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from checkmate.errors import InfeasibleBudget
+from checkmate.errors import InfeasibleBudget, MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.strategies.registry import call_strategy, strategies
@@ -21,11 +21,13 @@ def _registered_baselines() -> list[str]:
 
 
 def _try_baseline(name: str, graph: Graph, budget: int | None) -> Plan | InfeasibleBudget | None:
+    """The baseline's plan, its InfeasibleBudget, or None when it does not handle the graph's shape. Any other error
+    (an invalid schedule is a bug in the baseline) propagates."""
     try:
         return call_strategy(name, graph, budget, {})
     except InfeasibleBudget as error:
         return error
-    except ValueError as error:
+    except MethodNotApplicable as error:
         log.debug("baseline %s does not apply: %s", name, error)
         return None
 

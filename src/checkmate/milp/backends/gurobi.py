@@ -38,7 +38,13 @@ class GurobiBackend:
         if start is not None:
             model.setAttr("Start", variables, start.tolist())
         started = time.perf_counter()
-        model.optimize()
+        try:
+            model.optimize()
+        except gurobipy.GurobiError as error:
+            raise SolverUnavailable(
+                f"Gurobi stopped while solving ({error}); a size-limited licence refuses models of more than 2000 "
+                "variables: use backend='highs' or 'scip'"
+            ) from None
         return _read_result(gurobipy, model, time.perf_counter() - started)
 
 
