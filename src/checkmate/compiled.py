@@ -179,14 +179,15 @@ def _cached_solve(captured: Captured, budget: int, settings: Settings) -> Plan:
         cost_model=captured.cost_model,
         device=captured.device,
     )
-    if settings.cache:
-        cached = plan_cache.load_cached(key, captured.graph, cost_model=captured.cost_model)
-        if cached is not None:
-            return cached
-    plan = solve(captured.graph, budget, method=settings.method, **settings.solve_options)
-    if settings.cache:
-        plan_cache.store_cached(key, plan, captured.graph, cost_model=captured.cost_model)
-    return plan
+
+    def solved() -> Plan:
+        return solve(captured.graph, budget, method=settings.method, **settings.solve_options)
+
+    if not settings.cache:
+        return solved()
+    return plan_cache.cached_solve(
+        key, captured.graph, cost_model=captured.cost_model, options=settings.solve_options, solve=solved
+    )
 
 
 def _signature(leaves: list[Any], spec: Any) -> BatchSignature:

@@ -214,4 +214,4 @@ def _validate(graph: Graph) -> None:
 
 def _is_byte_count(value: Any) -> bool:
     """An integer >= 0 (numpy integers too), not a bool: `True` is an int to Python, not a number of bytes."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= 0
+    return bool(not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value >= 0)

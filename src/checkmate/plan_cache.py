@@ -5,6 +5,11 @@ timings differ from run to run while the structure and sizes do not), the budget
 its options, the cost model and the device. The directory is `~/.cache/checkmate/plans`, or
 `$CHECKMATE_CACHE_DIR` when set. A cached plan is re-simulated on the current graph when loaded, so a
 stale or corrupt entry is reported and ignored, never used.
+
+The effort options (`time_limit`, `mip_gap`) are not in the key: they say how hard to look, not which problem.
+An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a time
+limit ran out) serves only calls that ask for no more effort than it had, and the log says it is not proven. A
+call that asks for more time or a smaller gap solves again, and the cheaper of the two plans is kept.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,7 @@ from checkmate.plan import Plan
 log = logging.getLogger(__name__)
 
 FORMAT = "checkmate-plan/1"
+EFFORT_OPTIONS = ("time_limit", "mip_gap")
 
 
 def cache_directory() -> Path:
@@ -44,13 +52,13 @@ def graph_fingerprint(graph: Graph, *, cost_model: str) -> str:
 def plan_key(
     graph: Graph, *, budget: int | None, method: str, options: dict[str, Any], cost_model: str, device: str
 ) -> str:
-    """The cache key of a plan: everything that decides which plan `solve` returns."""
+    """The cache key of a plan: everything that decides which problem `solve` solves (not how hard it tries)."""
     text = json.dumps(
         {
             "graph": graph_fingerprint(graph, cost_model=cost_model),
             "budget": budget,
             "method": method,
-            "options": options,
+            "options": {name: value for name, value in options.items() if name not in EFFORT_OPTIONS},
             "device": device,
         },
         sort_keys=True,
@@ -59,36 +67,106 @@ def plan_key(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def load_cached(key: str, graph: Graph, *, cost_model: str) -> Plan | None:
-    """The cached plan for `key`, or None when there is none or it no longer fits `graph`."""
+@dataclass(frozen=True)
+class CachedPlan:
+    """A cache entry: the plan and the effort (time_limit, mip_gap) of the solve that found it."""
+
+    plan: Plan
+    effort: dict[str, float | None]
+
+    def serves(self, options: Mapping[str, Any]) -> bool:
+        """Whether this plan answers a call with `options`: proven optimal, or found with at least the effort the
+        call asks for."""
+        return self.plan.status == "optimal" or _covers(self.effort, _effort(options))
+
+
+def cached_solve(
+    key: str, graph: Graph, *, cost_model: str, options: Mapping[str, Any], solve: Callable[[], Plan]
+) -> Plan:
+    """The cached plan for `key` when it serves `options`; else `solve()`, cached (the cheaper of the new plan and
+    an unproven cached one, under the new effort)."""
+    entry = load_cached(key, graph, cost_model=cost_model)
+    if entry is not None and entry.serves(options):
+        if entry.plan.status != "optimal":
+            log.warning(
+                "using the cached plan for key %s, which is not proven optimal (found with %s); ask for a longer "
+                "time_limit to search further",
+                key[:12],
+                _describe(entry.effort),
+            )
+        return entry.plan
+    if entry is not None:
+        log.info(
+            "the cached plan is not proven optimal and was found with %s; this call asks for %s: solving again",
+            _describe(entry.effort),
+            _describe(_effort(options)),
+        )
+    plan = solve()
+    if entry is not None and entry.plan.cost < plan.cost:
+        plan = entry.plan
+    store_cached(key, plan, graph, cost_model=cost_model, options=options)
+    return plan
+
+
+def load_cached(key: str, graph: Graph, *, cost_model: str) -> CachedPlan | None:
+    """The cache entry for `key`, or None when there is none or it no longer fits `graph` (then logged)."""
     path = cache_directory() / f"{key}.json"
     if not path.exists():
         return None
     try:
         plan = read_plan(path, graph, cost_model=cost_model)
-    except (CheckmateError, ValueError, KeyError, OSError) as error:
+        effort = _effort(json.loads(path.read_text()).get("effort", {}))
+    except (CheckmateError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
         log.warning("ignoring the cached plan %s: %s", path, error)
         return None
-    log.info("loaded the cached plan %s", path)
-    return plan
+    log.info("loaded the cached plan %s (%s)", path, plan.status)
+    return CachedPlan(plan, effort)
 
 
-def store_cached(key: str, plan: Plan, graph: Graph, *, cost_model: str) -> Path:
-    """Write `plan` into the cache under `key`; returns the file."""
+def store_cached(key: str, plan: Plan, graph: Graph, *, cost_model: str, options: Mapping[str, Any]) -> Path:
+    """Write `plan` into the cache under `key` with the effort in `options` that found it; returns the file."""
     path = cache_directory() / f"{key}.json"
-    write_plan(path, plan, graph, cost_model=cost_model)
+    write_plan(path, plan, graph, cost_model=cost_model, effort=_effort(options))
     log.info("cached the plan as %s", path)
     return path
 
 
-def write_plan(path: str | os.PathLike[str], plan: Plan, graph: Graph, *, cost_model: str) -> None:
-    """Save `plan` with the fingerprint of the graph it was made for (written atomically)."""
+def _effort(options: Mapping[str, Any]) -> dict[str, float | None]:
+    """The effort options as numbers (None: no limit on time, the solver's default gap)."""
+    return {name: None if options.get(name) is None else float(options[name]) for name in EFFORT_OPTIONS}
+
+
+def _covers(had: Mapping[str, float | None], asked: Mapping[str, float | None]) -> bool:
+    """Whether a solve with effort `had` tried at least as hard as `asked` (no time limit beats any; a smaller gap
+    is more effort)."""
+    time_had, time_asked = had["time_limit"], asked["time_limit"]
+    enough_time = time_had is None or (time_asked is not None and time_had >= time_asked)
+    gap_had, gap_asked = had["mip_gap"], asked["mip_gap"]
+    small_enough_gap = gap_asked is None or (gap_had is not None and gap_had <= gap_asked)
+    return enough_time and small_enough_gap
+
+
+def _describe(effort: Mapping[str, float | None]) -> str:
+    time_limit = "no time limit" if effort["time_limit"] is None else f"time_limit={effort['time_limit']:g} s"
+    return time_limit if effort["mip_gap"] is None else f"{time_limit}, mip_gap={effort['mip_gap']:g}"
+
+
+def write_plan(
+    path: str | os.PathLike[str],
+    plan: Plan,
+    graph: Graph,
+    *,
+    cost_model: str,
+    effort: Mapping[str, float | None] | None = None,
+) -> None:
+    """Save `plan` with the fingerprint of the graph it was made for and the effort that found it (atomically)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "format": FORMAT,
         "graph": graph_fingerprint(graph, cost_model=cost_model),
         "plan": json.loads(plan.to_json()),
+        "effort": dict(effort) if effort is not None else _effort({}),
     }
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(document))
