@@ -88,7 +88,7 @@ def cached_solve(
     entry = load_cached(key, graph, cost_model=cost_model)
     if entry is not None and entry.serves(options):
         if entry.plan.status != "optimal":
-            log.warning(
+            log.info(
                 "using the cached plan for key %s, which is not proven optimal (found with %s); ask for a longer "
                 "time_limit to search further",
                 key[:12],
