@@ -63,7 +63,7 @@ def _coarse_plans(coarse: checkmate.Graph, budget: int) -> list[checkmate.Plan]:
         options = {"time_limit": 10} if name == "optimal" else {}
         try:
             plans.append(checkmate.solve(coarse, budget, method=name, **options))
-        except (checkmate.InfeasibleBudget, InvalidGraph):
+        except (checkmate.InfeasibleBudget, checkmate.MethodNotApplicable):
             continue
     return plans
 
