@@ -16,10 +16,10 @@ import checkmate
 from checkmate import zoo
 
 CASES: list[tuple[str, Callable[[], Any], float]] = [
-    ("ResNet", lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)), 1.0),
-    ("ResNet", lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)), 0.7),
-    ("GPT", lambda: zoo.gpt(batch=8, length=32, dim=32, heads=2, layers=2, vocab=64), 1.0),
-    ("GPT", lambda: zoo.gpt(batch=8, length=32, dim=32, heads=2, layers=2, vocab=64), 0.5),
+    ("ResNet", lambda: zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1)), 1.0),
+    ("ResNet", lambda: zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1)), 0.7),
+    ("GPT", lambda: zoo.gpt(batch_size=8, length=32, dim=32, heads=2, layers=2, vocab=64), 1.0),
+    ("GPT", lambda: zoo.gpt(batch_size=8, length=32, dim=32, heads=2, layers=2, vocab=64), 0.5),
 ]
 
 

@@ -39,16 +39,16 @@ from checkmate.capture.measure import measure_eager_step
 from checkmate.units import format_bytes
 
 MODELS: dict[str, Callable[[], Any]] = {
-    "VGG (8 conv, w16, b32, 32x32)": lambda: zoo.vgg(batch=32, image_size=32, width=16),
-    "ResNet-18-style (w16, b16, 32x32)": lambda: zoo.resnet(batch=16, image_size=32, width=16),
-    "GPT (4 layers, d128, T64, b8)": lambda: zoo.gpt(batch=8, length=64, dim=128, heads=4, layers=4, vocab=256),
+    "VGG (8 conv, w16, b32, 32x32)": lambda: zoo.vgg(batch_size=32, image_size=32, width=16),
+    "ResNet-18-style (w16, b16, 32x32)": lambda: zoo.resnet(batch_size=16, image_size=32, width=16),
+    "GPT (4 layers, d128, T64, b8)": lambda: zoo.gpt(batch_size=8, length=64, dim=128, heads=4, layers=4, vocab=256),
 }
 
 VGG16_SCRIPT = """
 import resource, time
 from checkmate import solve, zoo
 from checkmate.capture import capture
-model, loss_fn, batch = zoo.vgg16(batch=256, image_size=224)
+model, loss_fn, batch = zoo.vgg16(batch_size=256, image_size=224)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 started = time.perf_counter()
 captured = capture(model, loss_fn, batch, cost_model="flops")

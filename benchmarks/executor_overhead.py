@@ -23,8 +23,8 @@ import checkmate
 from checkmate import zoo
 
 MODELS: dict[str, Callable[[], Any]] = {
-    "ResNet (BN, skips)": lambda: zoo.resnet(batch=32, image_size=32, width=16, blocks=(1, 1, 1)),
-    "GPT (attention, dropout)": lambda: zoo.gpt(batch=8, length=64, dim=128, heads=4, layers=2, vocab=256),
+    "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=32, image_size=32, width=16, blocks=(1, 1, 1)),
+    "GPT (attention, dropout)": lambda: zoo.gpt(batch_size=8, length=64, dim=128, heads=4, layers=2, vocab=256),
 }
 
 

@@ -32,12 +32,12 @@ from checkmate import zoo
 from checkmate.units import format_bytes
 
 MODELS: dict[str, Callable[[], Any]] = {
-    "ResNet": lambda: zoo.resnet(batch=64, image_size=32, width=32, blocks=(1, 1, 1)),
-    "GPT": lambda: zoo.gpt(batch=16, length=128, dim=256, heads=4, layers=2, vocab=1024),
+    "ResNet": lambda: zoo.resnet(batch_size=64, image_size=32, width=32, blocks=(1, 1, 1)),
+    "GPT": lambda: zoo.gpt(batch_size=16, length=128, dim=256, heads=4, layers=2, vocab=1024),
 }
 QUICK_MODELS: dict[str, Callable[[], Any]] = {
-    "ResNet": lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)),
-    "GPT": lambda: zoo.gpt(batch=4, length=32, dim=32, heads=2, layers=2, vocab=64),
+    "ResNet": lambda: zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1)),
+    "GPT": lambda: zoo.gpt(batch_size=4, length=32, dim=32, heads=2, layers=2, vocab=64),
 }
 
 

@@ -20,10 +20,10 @@ written with `Graph.to_json()` to `<out>/<name>.json.gz` (default `benchmarks/gr
 * `bert`: BERT-base `BertForSequenceClassification(BertConfig())` (2 labels, dropout 0.1 as in the config),
   batch 8 x 128 tokens. `BertForMaskedLM` fails in capture: its `cls.predictions.bias` gets no gradient, and
   AOTAutograd asserts "Found a parameter that did not receive a gradient".
-* `unet`: the classic U-Net defined here (4 down levels of two 3x3 conv + BatchNorm + ReLU, base width 64,
-  2x2 max-pool, 2x2 transposed-conv up path with skip concatenation, 1x1 head), batch 4 at 416x608 as in
-  the Checkmate paper, per-pixel cross-entropy over 2 classes.
-* `vgg16`: `checkmate.zoo.vgg16(batch=64, image_size=224)`.
+* `unet`: `checkmate.zoo.unet(batch_size=4)`, the classic U-Net (4 down levels of two 3x3 conv + BatchNorm +
+  ReLU, base width 64, 2x2 max-pool, 2x2 transposed-conv up path with skip concatenation, 1x1 head) at 416x608 as
+  in the Checkmate paper, per-pixel cross-entropy over 2 classes.
+* `vgg16`: `checkmate.zoo.vgg16(batch_size=64, image_size=224)`.
 * `zoo_gpt`: `checkmate.zoo.gpt` at a GPT-2-small-like size (12 layers, d 768, 12 heads, 256 tokens,
   vocab 50257, batch 4).
 
@@ -130,73 +130,16 @@ def bert() -> Factory:
     return model, logits_loss, (tokens, labels)
 
 
-def _double_conv(channels_in: int, channels_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(channels_in, channels_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(channels_out),
-        nn.ReLU(inplace=True),
-        nn.Conv2d(channels_out, channels_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(channels_out),
-        nn.ReLU(inplace=True),
-    )
-
-
-class UNet(nn.Module):
-    """The classic U-Net (Ronneberger et al. 2015, with same-padding and BatchNorm).
-
-    Widths 64, 128, 256, 512 on the way down, a 1024-wide bottleneck after the fourth max-pool, then four
-    transposed-conv upsamplings each concatenated with the matching skip and followed by two conv layers.
-    """
-
-    def __init__(self, classes: int = 2, width: int = 64, levels: int = 4) -> None:
-        super().__init__()
-        widths = [width * 2**level for level in range(levels + 1)]
-        self.down = nn.ModuleList()
-        channels = 3
-        for out in widths[:-1]:
-            self.down.append(_double_conv(channels, out))
-            channels = out
-        self.bottleneck = _double_conv(channels, widths[-1])
-        self.upsample = nn.ModuleList()
-        self.up = nn.ModuleList()
-        for out in reversed(widths[:-1]):
-            self.upsample.append(nn.ConvTranspose2d(2 * out, out, 2, stride=2))
-            self.up.append(_double_conv(2 * out, out))
-        self.head = nn.Conv2d(width, classes, 1)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        skips = []
-        hidden = images
-        for block in self.down:
-            hidden = block(hidden)
-            skips.append(hidden)
-            hidden = functional.max_pool2d(hidden, 2)
-        hidden = self.bottleneck(hidden)
-        for upsample, block, skip in zip(self.upsample, self.up, reversed(skips), strict=True):
-            hidden = block(torch.cat([skip, upsample(hidden)], dim=1))
-        return self.head(hidden)
-
-
-def segmentation_loss(model: nn.Module, images: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """Per-pixel cross-entropy."""
-    return functional.cross_entropy(model(images), masks)
-
-
 def unet() -> Factory:
-    torch.manual_seed(0)
-    model = UNet().train()
-    generator = torch.Generator().manual_seed(1)
-    images = torch.randn(4, 3, 416, 608, generator=generator)
-    masks = torch.randint(0, 2, (4, 416, 608), generator=generator)
-    return model, segmentation_loss, (images, masks)
+    return zoo.unet(batch_size=4)
 
 
 def vgg16() -> Factory:
-    return zoo.vgg16(batch=64, image_size=224)
+    return zoo.vgg16(batch_size=64, image_size=224)
 
 
 def zoo_gpt() -> Factory:
-    return zoo.gpt(batch=4, length=256, dim=768, heads=12, layers=12, vocab=50257)
+    return zoo.gpt(batch_size=4, length=256, dim=768, heads=12, layers=12, vocab=50257)
 
 
 MODELS: dict[str, Callable[[], Factory]] = {

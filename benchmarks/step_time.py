@@ -29,12 +29,12 @@ from checkmate.execute import eager_peak
 from checkmate.units import format_bytes
 
 MODELS: dict[str, Callable[[], Any]] = {
-    "ResNet (BN, skips)": lambda: zoo.resnet(batch=32, image_size=32, width=16, blocks=(1, 1, 1)),
-    "GPT (attention, dropout)": lambda: zoo.gpt(batch=8, length=64, dim=128, heads=4, layers=2, vocab=256),
+    "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=32, image_size=32, width=16, blocks=(1, 1, 1)),
+    "GPT (attention, dropout)": lambda: zoo.gpt(batch_size=8, length=64, dim=128, heads=4, layers=2, vocab=256),
 }
 QUICK_MODELS: dict[str, Callable[[], Any]] = {
-    "ResNet (BN, skips)": lambda: zoo.resnet(batch=8, image_size=16, width=8, blocks=(1, 1)),
-    "GPT (attention, dropout)": lambda: zoo.gpt(batch=8, length=32, dim=32, heads=2, layers=2, vocab=64),
+    "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=8, image_size=16, width=8, blocks=(1, 1)),
+    "GPT (attention, dropout)": lambda: zoo.gpt(batch_size=8, length=32, dim=32, heads=2, layers=2, vocab=64),
 }
 
 

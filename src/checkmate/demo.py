@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
     arguments = parser.parse_args(argv)
     torch.set_num_threads(1)
-    model, loss_fn, batch = zoo.gpt(batch=16, length=32, dim=32, heads=2, layers=2, vocab=64)
+    model, loss_fn, batch = zoo.gpt(batch_size=16, length=32, dim=32, heads=2, layers=2, vocab=64)
     model.train()
     reference = copy.deepcopy(model)
     method = _method(arguments.method)
