@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 from checkmate import plan_cache
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
+from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.execute.interpreter import Program, prepare, run_schedule
 from checkmate.execute.memory import measure_peak, step_baseline
 from checkmate.graph import Graph
@@ -93,7 +94,8 @@ def compile(
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
 
     Args:
-        model: the module to train, on the device it will run on.
+        model: the module to train, on the device it will run on; or a DistributedDataParallel wrapping it, whose
+            gradients the step then all-reduces as DDP does (`checkmate.data_parallel`; every rank must call).
         loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
         batch: an example batch (a tuple of tensors, possibly nested); its shapes and dtypes are planned for.
         budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the
@@ -115,6 +117,7 @@ def compile(
 
     Raises:
         CaptureError: the model cannot be captured.
+        DataParallelError: a DistributedDataParallel uses a setting the step does not reproduce.
         InfeasibleBudget: no plan of `method` fits the budget; the error names the smallest it could meet.
 
     Example:
@@ -134,9 +137,13 @@ def compile(
         replan=replan,
         measure_memory=measure_memory,
     )
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        from checkmate.data_parallel import compile_data_parallel
+
+        return compile_data_parallel(model, loss_fn, batch, settings)
     leaves, spec = pytree.tree_flatten(tuple(batch))
     compiled = plan_step(model, loss_fn, batch, settings)
-    return CompiledStep(model, loss_fn, settings, {_signature(leaves, spec): compiled})
+    return CompiledStep(model, loss_fn, settings, {batch_signature(leaves, spec): compiled})
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
@@ -190,7 +197,8 @@ def _cached_solve(captured: Captured, budget: int, settings: Settings) -> Plan:
     )
 
 
-def _signature(leaves: list[Any], spec: Any) -> BatchSignature:
+def batch_signature(leaves: list[Any], spec: Any) -> BatchSignature:
+    """What a plan is kept by: the batch's pytree spec and each leaf's shape and dtype."""
     shapes = tuple(
         (tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) if isinstance(leaf, torch.Tensor) else ((), "?")
         for leaf in leaves
@@ -202,7 +210,8 @@ class CompiledStep:
     """A training step that runs forward and backward as a rematerialization plan says.
 
     Attributes:
-        model: the module whose parameters, gradients and buffers each call uses and updates.
+        model: the module whose parameters, gradients and buffers each call uses and updates (as given to
+            `compile`: a DistributedDataParallel stays the wrapper; `module` is the module it wraps).
         loss_fn: the loss function given to `compile`.
     """
 
@@ -216,6 +225,11 @@ class CompiledStep:
         self._current = next(iter(self._compiled))
         self._measured_peak: dict[BatchSignature, int] = {}
         self._measured_time: float | None = None
+
+    @property
+    def module(self) -> nn.Module:
+        """The module whose step is captured and planned: `model` itself (a data-parallel step: the wrapped one)."""
+        return self.model
 
     @property
     def plan(self) -> Plan:
@@ -239,7 +253,7 @@ class CompiledStep:
         step updates (BatchNorm running statistics) are written once.
         """
         leaves, spec = pytree.tree_flatten(tuple(batch))
-        signature = _signature(leaves, spec)
+        signature = batch_signature(leaves, spec)
         compiled = self._compiled.get(signature) or self._replan(batch, signature)
         self._current = signature
         measure = self._settings.measure_memory == "every" or (
@@ -255,16 +269,17 @@ class CompiledStep:
                 f"{_describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
             )
         log.info("new batch signature %s: capturing and planning again", _describe(signature[1]))
-        compiled = plan_step(self.model, self.loss_fn, batch, self._settings)
+        compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
         self._compiled[signature] = compiled
         return compiled
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
+        self._before_step()
         parameters = [getattr(module, name) for module, name in compiled.parameter_slots]
         buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
-        gradients = _GradientSink(parameters)
+        gradients = self._gradient_sink(compiled, parameters)
         timed = not measure or device.type == "cuda"
         _synchronize(device)
         started = time.perf_counter()
@@ -283,6 +298,13 @@ class CompiledStep:
         if timed:
             self._measured_time = time.perf_counter() - started
         return outputs.loss
+
+    def _before_step(self) -> None:
+        """Called at the start of each call, before the inputs are read (a data-parallel step syncs buffers)."""
+
+    def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
+        """Where this call's gradients go: into `.grad`, as eager autograd adds them."""
+        return GradientAccumulator(parameters)
 
     def report(self) -> StepReport:
         """Planned figures of the current batch shape and, once measured, the live-tensor peak and step time."""
@@ -350,46 +372,6 @@ def _check_measured_peak(measured: int, plan: Plan, device: torch.device) -> Non
         budget,
         cause,
     )
-
-
-class _GradientSink:
-    """Adds each gradient into `.grad` as eager AccumulateGrad does: in place when a `.grad` exists, else taken.
-
-    A taken gradient that fills its storage gets the parameter's layout (eager's layout contract) only in
-    `finish`, when the step is done: copying it while the activations are live would hold one more gradient
-    than the plan counts. One that is a piece of a larger storage is copied at once, to let that storage go.
-    """
-
-    def __init__(self, parameters: Sequence[torch.Tensor]) -> None:
-        self.parameters = parameters
-        self.taken: list[torch.Tensor] = []
-
-    def __call__(self, index: int, gradient: torch.Tensor) -> None:
-        parameter = self.parameters[index]
-        if parameter.grad is None and _fills_storage(gradient):
-            parameter.grad = gradient
-            self.taken.append(parameter)
-        elif parameter.grad is None:
-            parameter.grad = _in_layout_of(parameter, gradient)
-        else:
-            parameter.grad.add_(gradient)
-
-    def finish(self) -> None:
-        for parameter in self.taken:
-            assert parameter.grad is not None
-            parameter.grad = _in_layout_of(parameter, parameter.grad)
-
-
-def _in_layout_of(parameter: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
-    """The gradient itself when it has the parameter's strides and owns its storage, else a copy that has them."""
-    if gradient.stride() == parameter.stride() and _fills_storage(gradient):
-        return gradient
-    copy = torch.empty_strided(parameter.shape, parameter.stride(), dtype=gradient.dtype, device=gradient.device)
-    return copy.copy_(gradient)
-
-
-def _fills_storage(tensor: torch.Tensor) -> bool:
-    return tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
 
 
 def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tensor | None]) -> None:

@@ -43,3 +43,12 @@ class CaptureError(CheckmateError, RuntimeError):
 
 class ExecutionError(CheckmateError, RuntimeError):
     """Running a schedule failed or would be wrong (for example a batch of an unplanned shape)."""
+
+
+class DataParallelError(CheckmateError, ValueError):
+    """A DistributedDataParallel module uses a setting that a compiled step does not reproduce; the message says
+    which, and what to change."""
+
+
+class RunnerUnavailable(CheckmateError, RuntimeError):
+    """Parallel work cannot start: Ray is not installed, or the cluster at the address given cannot be reached."""

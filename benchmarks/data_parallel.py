@@ -1,0 +1,143 @@
+"""Step time of `checkmate.compile` on a DistributedDataParallel module against eager DDP: 2 ranks, gloo, CPU.
+
+    .venv/bin/python benchmarks/data_parallel.py                  # ResNet, budgets 100 % and 60 %
+    .venv/bin/python benchmarks/data_parallel.py --quick          # a smaller ResNet, fewer repeats
+
+Each rank runs one torch thread on its own batch. Per budget it times, interleaved (the same sequence on every
+rank, since each step is a collective): the compiled DDP step, eager DDP (`loss_fn(ddp, *batch).backward()`),
+and both again under `no_sync()`, which skips the all-reduce: a step's time minus its `no_sync` time is the
+communication the backward did not hide. Times are medians over the repeats, the slower rank's (each rank's
+median, then the max). Gradients accumulate across the timed steps on both sides alike. Rank 0 prints a
+markdown table, and checks once that the compiled step's gradients equal eager DDP's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel
+
+import checkmate
+from checkmate import zoo
+from checkmate.units import format_bytes
+
+WORLD_SIZE = 2
+
+
+def _interleaved_medians(functions: list[Callable[[], Any]], repeats: int) -> list[float]:
+    """Median seconds of each function, called in turn after two warm-up rounds; the slowest rank's median."""
+    for _ in range(2):
+        for function in functions:
+            function()
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(repeats):
+        for function, sink in zip(functions, times, strict=True):
+            dist.barrier()
+            started = time.perf_counter()
+            function()
+            sink.append(time.perf_counter() - started)
+    medians = torch.tensor([statistics.median(sink) for sink in times], dtype=torch.float64)
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    return medians.tolist()
+
+
+def _check_gradients(step: Any, reference: DistributedDataParallel, batch: tuple[Any, ...]) -> bool:
+    step.model.zero_grad(set_to_none=True)
+    reference.zero_grad(set_to_none=True)
+    loss = step(*batch)
+    expected = step.loss_fn(reference, *batch)
+    expected.backward()
+    pairs = zip(step.model.parameters(), reference.parameters(), strict=True)
+    same = torch.equal(loss, expected.detach()) and all(torch.equal(got.grad, want.grad) for got, want in pairs)
+    flag = torch.tensor([0 if same else 1])
+    dist.all_reduce(flag)
+    return int(flag.item()) == 0
+
+
+def _time_steps(step: Any, reference: DistributedDataParallel, batch: tuple[Any, ...], repeats: int) -> list[float]:
+    """Medians of the compiled DDP step, eager DDP, and both under no_sync()."""
+
+    def compiled_local() -> None:
+        with step.ddp.no_sync():
+            step(*batch)
+
+    def eager_local() -> None:
+        with reference.no_sync():
+            step.loss_fn(reference, *batch).backward()
+
+    def eager() -> None:
+        step.loss_fn(reference, *batch).backward()
+
+    return _interleaved_medians([lambda: step(*batch), eager, compiled_local, eager_local], repeats)
+
+
+def _row(budget: float, step: Any, times: list[float], exact: bool) -> str:
+    compiled, eager, compiled_local, eager_local = times
+    report = step.report()
+    return (
+        f"| {budget:.0%} | {report.method} | {report.planned_overhead:+.1%} | {len(step.reduction.buckets)} | "
+        f"{format_bytes(report.planned_peak)} | "
+        f"{format_bytes(report.measured_peak or 0)} | {compiled * 1e3:.1f} | {eager * 1e3:.1f} | "
+        f"{compiled / eager:.3f} | {(compiled - compiled_local) * 1e3:.1f} | {(eager - eager_local) * 1e3:.1f} | "
+        f"{'yes' if exact else 'NO'} |"
+    )
+
+
+def _worker(rank: int, init_file: str, args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE)
+    if args.quick:
+        model, loss_fn, (images, labels) = zoo.resnet(args.batch_size, image_size=16, width=8, blocks=(1, 1))
+    else:
+        model, loss_fn, (images, labels) = zoo.resnet(args.batch_size, image_size=32, width=32, blocks=(1, 1, 1))
+    generator = torch.Generator().manual_seed(rank)
+    batch = (torch.randn(images.shape, generator=generator), labels)
+    reference = DistributedDataParallel(copy.deepcopy(model), bucket_cap_mb=args.bucket_cap_mb)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    rows = []
+    for budget in args.budgets:
+        method = "checkpoint_all" if budget == 1.0 else "optimal"
+        options = {"time_limit": args.time_limit} if method == "optimal" else {}
+        step = checkmate.compile(
+            ddp, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, **options
+        )
+        exact = _check_gradients(step, reference, batch)
+        rows.append(_row(budget, step, _time_steps(step, reference, batch, args.repeats), exact))
+        if rank == 0:
+            print(rows[-1], flush=True)
+    if rank == 0:
+        print(
+            "\n| budget | plan | planned overhead | buckets | planned peak | measured peak | compiled ms "
+            "| eager DDP ms | ratio | compiled unhidden comm ms | eager unhidden comm ms | grads = eager DDP |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+        )
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smaller ResNet and 5 repeats")
+    parser.add_argument("--batch-size", type=int, default=16, help="images per rank")
+    parser.add_argument("--budgets", type=float, nargs="+", default=[1.0, 0.6], help="fractions of the no-remat peak")
+    parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket_cap_mb (default 25)")
+    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
+    parser.add_argument("--cost-model", default="flops", choices=("profile", "flops", "unit"))
+    parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats = 5
+    with tempfile.TemporaryDirectory() as directory:
+        mp.spawn(_worker, args=(f"{directory}/rendezvous", args), nprocs=WORLD_SIZE, join=True)
+
+
+if __name__ == "__main__":
+    main()
