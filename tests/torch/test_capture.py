@@ -7,6 +7,7 @@ only exported values between graph nodes); it is independent of checkmate.execut
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import subprocess
 import sys
@@ -27,10 +28,10 @@ from checkmate.capture.measure import measure_eager_step
 from checkmate.captured import Captured
 
 SMALL = {
-    "mlp": lambda: zoo.mlp(batch=4, width=16, depth=2),
-    "vgg": lambda: zoo.vgg(batch=2, image_size=16, width=4),
-    "resnet": lambda: zoo.resnet(batch=2, image_size=8, width=4, blocks=(1, 1)),
-    "gpt": lambda: zoo.gpt(batch=2, length=8, dim=16, heads=2, layers=1, vocab=32),
+    "mlp": lambda: zoo.mlp(batch_size=4, width=16, depth=2),
+    "vgg": lambda: zoo.vgg(batch_size=2, image_size=16, width=4),
+    "resnet": lambda: zoo.resnet(batch_size=2, image_size=8, width=4, blocks=(1, 1)),
+    "gpt": lambda: zoo.gpt(batch_size=2, length=8, dim=16, heads=2, layers=1, vocab=32),
 }
 
 
@@ -133,12 +134,12 @@ def test_views_and_multi_output_ops_are_not_separate_nodes() -> None:
 @pytest.mark.parametrize(
     ("name", "factory", "tolerance"),
     [
-        ("vgg", lambda: zoo.vgg(batch=16, image_size=32, width=8), 0.01),
+        ("vgg", lambda: zoo.vgg(batch_size=16, image_size=32, width=8), 0.01),
         # A BatchNorm node keeps its block's output alive with its saved statistics until the BN backward;
         # eager frees the output earlier. At this size that window holds the peak (+4.9 %); at 32x32 it is 0.04 %.
-        ("resnet", lambda: zoo.resnet(batch=16, image_size=16, width=8, blocks=(1, 1)), 0.06),
+        ("resnet", lambda: zoo.resnet(batch_size=16, image_size=16, width=8, blocks=(1, 1)), 0.06),
         # Eager CPU dropout keeps a float32 mask, the traced native_dropout a bool one: the graph is leaner.
-        ("gpt", lambda: zoo.gpt(batch=8, length=64, dim=64, heads=4, layers=2, vocab=128), 0.10),
+        ("gpt", lambda: zoo.gpt(batch_size=8, length=64, dim=64, heads=4, layers=2, vocab=128), 0.10),
     ],
 )
 def test_checkpoint_all_peak_matches_eager_live_bytes(name: str, factory: Any, tolerance: float) -> None:
@@ -261,6 +262,54 @@ def test_unsupported_constructs_raise_capture_error_naming_them() -> None:
         capture(nn.Linear(4, 4), lambda m, x: m(x).sum(), batch, cost_model="guess")
 
 
+def _branch(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden if hidden.sum() > 0 else -hidden
+
+
+def _item(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden * hidden.max().item()
+
+
+def _slice_by_value(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden[: int(hidden.argmax())]
+
+
+def _tolist(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden * len([row for row in hidden.tolist() if row[0] > 0])
+
+
+def _numpy(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden * float(hidden.detach().numpy().mean())
+
+
+def _boolean_mask(hidden: torch.Tensor) -> torch.Tensor:
+    return hidden[hidden > 0]
+
+
+# construct -> (the forward that uses it, what the message must call it, the fix it must name)
+UNTRACEABLE = {
+    "if on a value": (_branch, "data-dependent control flow", "torch.where"),
+    ".item()": (_item, "reads a tensor's value", "outside loss_fn"),
+    "int(tensor)": (_slice_by_value, "reads a tensor's value", "torch.where"),
+    ".tolist()": (_tolist, "reads a tensor's value", "torch.where"),
+    ".numpy()": (_numpy, "converts a tensor to NumPy", "torch ops"),
+    "boolean mask": (_boolean_mask, "output shape that depends on tensor values", "masked formulation"),
+}
+
+
+@pytest.mark.parametrize("construct", sorted(UNTRACEABLE))
+def test_capture_error_names_the_construct_its_line_and_the_fix(construct: str) -> None:
+    """One line for the user, pointing at their code: not a traceback from inside the tracer."""
+    forward, what, fix = UNTRACEABLE[construct]
+    lines, first = inspect.getsourcelines(forward)
+    with pytest.raises(CaptureError) as raised:
+        capture(nn.Linear(4, 4), lambda m, x: forward(m(x)).sum(), (torch.randn(2, 4),), cost_model="unit")
+    message = str(raised.value)
+    assert what in message and fix in message, message
+    assert f"{__file__}:{first + 1} in {forward.__name__}: `{lines[1].strip()}`" in message, message
+    assert "\n" not in message and "Traceback" not in message
+
+
 def test_import_checkmate_does_not_import_torch_and_capture_is_callable() -> None:
     code = "import sys, checkmate; assert 'torch' not in sys.modules; print(callable(checkmate.capture))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -289,7 +338,7 @@ def test_tracing_sees_only_fake_tensors() -> None:
 def test_vgg16_batch_256_captures_in_seconds_without_allocating_activations() -> None:
     code = (
         "import resource, time; from checkmate import zoo, solve; from checkmate.capture import capture\n"
-        "model, loss_fn, batch = zoo.vgg16(batch=256)\n"
+        "model, loss_fn, batch = zoo.vgg16(batch_size=256)\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "started = time.perf_counter(); captured = capture(model, loss_fn, batch, cost_model='flops')\n"
         "elapsed = time.perf_counter() - started\n"

@@ -13,18 +13,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
-from torch import nn
+from eager_oracle import compare_steps, train_three_steps
 
 import checkmate
 from checkmate import CheckmateError, ExecutionError, cheapest_r, make_plan, zoo
-from checkmate.compiled import CompiledStep, resolve_budget
+from checkmate.compiled import resolve_budget
 from checkmate.execute import eager_peak
 
 TIME_LIMIT = 20
 MODELS: dict[str, Callable[[], Any]] = {
-    "resnet": lambda: zoo.resnet(batch=4, image_size=16, width=8, blocks=(1, 1)),
-    "gpt": lambda: zoo.gpt(batch=8, length=32, dim=32, heads=2, layers=2, vocab=64),
+    "resnet": lambda: zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1)),
+    "gpt": lambda: zoo.gpt(batch_size=8, length=32, dim=32, heads=2, layers=2, vocab=64),
 }
 # Near the smallest feasible budgets: `checkmate.minimum_budget` (30 s) brackets them in [0.49, 0.62] of the
 # no-remat peak for this ResNet (no baseline fits below 0.66; HiGHS finds a plan at 0.62 within 3 s) and
@@ -40,52 +39,6 @@ def plan_cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         yield
 
 
-def _assert_same_state(model: nn.Module, reference: nn.Module, context: str) -> None:
-    for (name, got), (_, want) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
-        assert (got.grad is None) == (want.grad is None), f"{context}: {name}.grad presence differs"
-        if want.grad is not None:
-            assert torch.equal(got.grad, want.grad), f"{context}: {name}.grad differs"
-            assert got.grad.stride() == want.grad.stride(), f"{context}: {name}.grad has another layout"
-    for (name, got), (_, want) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
-        assert torch.equal(got, want), f"{context}: buffer {name} differs"
-
-
-def _assert_within_plan(step: CompiledStep, *, accumulating: bool) -> None:
-    """The measured peak of the last step is at most the plan's. When the step accumulated into existing `.grad`s,
-    every gradient was live for the whole step as the plan's fixed memory assumes, so there the plan must also be
-    close (within 10 %); a step from `.grad = None` makes gradients one by one and may measure well below."""
-    report = step.report()
-    assert report.measured_peak is not None
-    assert step.plan.budget is None or report.planned_peak <= report.budget
-    assert report.measured_peak <= report.planned_peak, f"measured {report.measured_peak} above {report.planned_peak}"
-    if accumulating:
-        assert report.measured_peak >= 0.9 * report.planned_peak, "the plan's memory model should not be loose either"
-
-
-def _compare_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], seed: int, context: str) -> None:
-    accumulating = all(parameter.grad is not None for parameter in step.model.parameters())
-    torch.manual_seed(seed)
-    loss = step(*batch)
-    torch.manual_seed(seed)
-    expected = step.loss_fn(reference, *batch)
-    expected.backward()
-    assert torch.equal(loss, expected.detach()), f"{context}: loss {loss.item()} != {expected.item()}"
-    _assert_same_state(step.model, reference, context)
-    _assert_within_plan(step, accumulating=accumulating)
-
-
-def _train_three_steps(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], context: str) -> None:
-    """Step 1, an SGD update on both, step 2 from zeroed grads, step 3 accumulating into step 2's grads; the peak
-    of each step (compiled with measure_memory="every") within the plan's."""
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (step.model, reference)]
-    _compare_steps(step, reference, batch, seed=11, context=f"{context}, step 1")
-    for optimizer in optimizers:
-        optimizer.step()
-        optimizer.zero_grad()
-    _compare_steps(step, reference, batch, seed=12, context=f"{context}, step 2 after an update")
-    _compare_steps(step, reference, batch, seed=13, context=f"{context}, step 3 accumulating")
-
-
 @pytest.mark.parametrize(("name", "budget"), BUDGETS)
 def test_matches_eager_and_stays_within_plan(name: str, budget: float) -> None:
     model, loss_fn, batch = MODELS[name]()
@@ -99,7 +52,7 @@ def test_matches_eager_and_stays_within_plan(name: str, budget: float) -> None:
     )
     if budget < 1.0:
         assert step.plan.R.sum() > step.graph.size, "a tight budget must make the plan recompute"
-    _train_three_steps(step, reference, batch, f"{name} at {budget:.0%} with {method}")
+    train_three_steps(step, reference, batch, f"{name} at {budget:.0%} with {method}")
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -115,7 +68,7 @@ def test_recomputing_everything_is_still_exact(name: str) -> None:
     nothing = np.zeros((size, size), dtype=bool)
     step.use_plan(make_plan(step.graph, cheapest_r(step.graph, nothing), nothing, method="recompute_everything"))
     assert step.plan.R.sum() > 3 * size
-    _train_three_steps(step, reference, batch, f"{name}, recomputing everything")
+    train_three_steps(step, reference, batch, f"{name}, recomputing everything")
 
 
 def test_half_budget_is_clearly_below_eager() -> None:
@@ -130,12 +83,12 @@ def test_half_budget_is_clearly_below_eager() -> None:
 
 
 def test_new_shape_is_replanned_or_refused() -> None:
-    model, loss_fn, batch = zoo.mlp(batch=8)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
     step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
     first_graph = step.graph
     smaller = tuple(tensor[:4] for tensor in batch)
     reference = copy.deepcopy(model)
-    _compare_steps(step, reference, smaller, seed=0, context="replanned batch of 4")
+    compare_steps(step, reference, smaller, seed=0, context="replanned batch of 4")
     assert step.graph is not first_graph
     assert step.captured.batch_shapes[0][0] == (4, 32)
     strict = checkmate.compile(
@@ -147,7 +100,7 @@ def test_new_shape_is_replanned_or_refused() -> None:
 
 def test_plans_come_from_the_disk_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
-    model, loss_fn, batch = zoo.mlp(batch=8)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
     solved: list[str] = []
     real_solve = checkmate.compiled.solve
 
@@ -165,7 +118,7 @@ def test_plans_come_from_the_disk_cache(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_save_and_load_plan(tmp_path: Any) -> None:
-    model, loss_fn, batch = zoo.mlp(batch=8)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
     step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
     path = tmp_path / "plan.json"
     step.save_plan(path)
@@ -173,7 +126,7 @@ def test_save_and_load_plan(tmp_path: Any) -> None:
     loaded = other.load_plan(path)
     assert (loaded.R == step.plan.R).all() and loaded.peak_memory == step.plan.peak_memory
     assert other.plan is loaded
-    wider, wider_loss, wider_batch = zoo.mlp(batch=8, width=16)
+    wider, wider_loss, wider_batch = zoo.mlp(batch_size=8, width=16)
     mismatched = checkmate.compile(
         wider, wider_loss, wider_batch, budget=1.0, method="checkpoint_all", cost_model="unit"
     )
@@ -182,7 +135,7 @@ def test_save_and_load_plan(tmp_path: Any) -> None:
 
 
 def test_report_before_and_after_a_call() -> None:
-    model, loss_fn, batch = zoo.mlp(batch=8)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
     step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
     assert step.report().measured_peak is None
     assert "not yet measured" in str(step.report())
@@ -209,7 +162,7 @@ def test_a_measured_peak_above_the_plan_is_reported(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The budget is checked at run time: a step that held more than its plan said logs a warning with both peaks."""
-    model, loss_fn, batch = zoo.mlp(batch=8)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
     step = checkmate.compile(
         model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit", measure_memory="every"
     )

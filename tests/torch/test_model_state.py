@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
@@ -61,24 +62,12 @@ def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
-def _assert_same_state(model: nn.Module, reference: nn.Module, context: str) -> None:
-    """Every name of every parameter (duplicates included, so a tie broken by the step shows) and every buffer."""
-    got_parameters = dict(model.named_parameters(remove_duplicate=False))
-    for name, want in reference.named_parameters(remove_duplicate=False):
-        got = got_parameters[name]
-        assert (got.grad is None) == (want.grad is None), f"{context}: {name}.grad presence differs"
-        if want.grad is not None:
-            assert torch.equal(got.grad, want.grad), f"{context}: {name}.grad differs"
-    for (name, got), (_, want) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
-        assert torch.equal(got, want), f"{context}: buffer {name} differs"
-
-
 def _step_both(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], context: str) -> None:
     loss = step(*batch)
     expected = _loss(reference, *batch)
     expected.backward()
     assert torch.equal(loss, expected.detach()), f"{context}: loss differs"
-    _assert_same_state(step.model, reference, context)
+    assert_same_state(step.model, reference, context)
     report = step.report()
     assert report.measured_peak is not None and report.measured_peak <= report.planned_peak, context
 
@@ -148,7 +137,7 @@ def test_a_kernel_that_lays_out_its_output_otherwise_than_traced_still_matches_e
     expected = _loss(reference, *_batch(1))
     expected.backward()
     assert torch.equal(loss, expected.detach())
-    _assert_same_state(model, reference, "transposed batch norm")
+    assert_same_state(model, reference, "transposed batch norm")
     assert "copied into the traced layout" in caplog.text
 
 

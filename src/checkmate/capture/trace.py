@@ -19,6 +19,8 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.capture.model_state import ModelState, distinct_state, parameters_without_gradient
+from checkmate.capture.trace_errors import explain_trace_error
+from checkmate.capture.tracing_context import tracing_ahead_of_time
 from checkmate.errors import CaptureError
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,8 @@ class _Step(nn.Module):
     the model itself is held outside the module tree: AOTAutograd lifts each tensor once however many names the
     model gives it. The forward swaps them into the model for the call with `_reparametrize_module`, the context
     manager behind `torch.func.functional_call` (which can only call the model's own forward, not `loss_fn`);
-    `tie_weights=True` gives every name of a shared tensor the one lifted tensor.
+    `tie_weights=True` gives every name of a shared tensor the one lifted tensor. The model runs as under
+    torch.export (`tracing_context`), so library code takes its tracing paths.
     """
 
     def __init__(self, model: nn.Module, loss_fn: LossFunction, batch_spec: Any, state: ModelState) -> None:
@@ -84,7 +87,10 @@ class _Step(nn.Module):
         state = {name: own[f"{_PARAMETER}{index}"] for index, name in enumerate(self.parameter_names)}
         state |= {name: own[f"{_BUFFER}{index}"] for index, name in enumerate(self.buffer_names)}
         batch = pytree.tree_unflatten(list(leaves), self.batch_spec)
-        with torch.nn.utils.stateless._reparametrize_module(self.held[0], state, tie_weights=True):
+        with (
+            tracing_ahead_of_time(),
+            torch.nn.utils.stateless._reparametrize_module(self.held[0], state, tie_weights=True),
+        ):
             return self.loss_fn(self.held[0], *batch)
 
 
@@ -115,7 +121,7 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     except CaptureError:
         raise
     except Exception as error:
-        raise CaptureError(explain_trace_error(error)) from error
+        raise _explained(error) from None
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
     model_name = {f"{_PARAMETER}{index}": name for index, name in enumerate(state.parameters)}
@@ -144,7 +150,7 @@ def _without_gradient(step: _Step, fake_leaves: list[torch.Tensor], state: Model
     except CaptureError:
         raise
     except Exception as error:
-        raise CaptureError(explain_trace_error(error)) from error
+        raise _explained(error) from None
 
 
 def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
@@ -189,45 +195,8 @@ def _check_loss(module: torch.fx.GraphModule, loss: str) -> None:
         raise CaptureError(f"loss_fn must return a scalar tensor, got {shape}: reduce the loss (e.g. .mean())")
 
 
-def explain_trace_error(error: Exception) -> str:
-    """Turn a tracing failure into a message naming the construct and the fix."""
-    from torch._subclasses.fake_tensor import (
-        DataDependentOutputException,
-        DynamicOutputShapeException,
-        UnsupportedOperatorException,
-    )
-
-    text = f"{type(error).__name__}: {error}".strip()
-    first_line = text.splitlines()[0][:300]
-    if isinstance(error, UnsupportedOperatorException):
-        return (
-            f"op {error.func} has no fake-tensor (meta) implementation, so its output size is unknown: "
-            "register one with torch.library.register_fake, or replace the op"
-        )
-    if isinstance(error, DynamicOutputShapeException):
-        return (
-            f"op {error.func} has an output shape that depends on tensor values; a static plan needs static "
-            "shapes: pad to a fixed size or use a masked formulation"
-        )
-    if isinstance(error, DataDependentOutputException):
-        return (
-            f"op {error.func} reads a tensor's value while tracing (`if tensor.sum() > 0:`, `.item()`, "
-            "`bool(tensor)`): data-dependent control flow cannot be planned ahead. Make the branch depend on "
-            "shapes or Python values only, or use torch.where / torch.cond"
-        )
-    if "no fake impl" in text.lower() or "fake implementation" in text.lower():
-        return (
-            f"{first_line}: checkmate sizes every op on fake tensors, so each op needs a fake (meta) "
-            "implementation: register one with torch.library.register_fake"
-        )
-    if "requires gradients, and received a mutation" in text:
-        return (
-            "the step mutates a parameter in place (for example under torch.no_grad()); checkmate plans a "
-            "functional step: update parameters in the optimizer, outside loss_fn"
-        )
-    if "data-dependent" in text.lower() or "GuardOnDataDependent" in text:
-        return (
-            f"the step branches on a tensor's value (data-dependent control flow): {first_line}. "
-            "Make the branch depend on shapes or Python values only, or use torch.where / torch.cond"
-        )
-    return f"tracing the training step failed: {first_line}. The model must be traceable by AOTAutograd"
+def _explained(error: Exception) -> CaptureError:
+    """The CaptureError for a tracing failure (raise it `from None`: the message names the construct, the model line
+    and the fix; the traceback from inside the tracer is logged at DEBUG for a bug report)."""
+    log.debug("tracing failed", exc_info=error)
+    return CaptureError(explain_trace_error(error))
