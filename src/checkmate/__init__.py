@@ -5,6 +5,7 @@ The core (graph, plan, simulate, strategies) imports no torch; `capture` and `co
 
 from typing import Any
 
+from checkmate.batch_search import MaxBatch, max_batch
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -56,6 +57,7 @@ __all__ = [
     "InfeasibleBudget",
     "InvalidGraph",
     "InvalidSchedule",
+    "MaxBatch",
     "MethodNotApplicable",
     "Node",
     "Plan",
@@ -71,6 +73,7 @@ __all__ = [
     "lower",
     "lower_bound",
     "make_plan",
+    "max_batch",
     "minimum_budget",
     "parse_bytes",
     "simulate",

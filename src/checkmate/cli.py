@@ -3,8 +3,12 @@
     checkmate solve GRAPH.json --budget 512MiB --method chen_greedy [--out plan.json]
     checkmate methods
     checkmate compare GRAPH.json --budget 0.6 [--methods chen_sqrtn,griewank]
-    checkmate sweep GRAPH.json [--points 8] [--methods ...] [--plot sweep.png]
+    checkmate sweep TARGET... [--points 8] [--methods ...] [--workers N | --ray ADDRESS] [--plot sweep.png]
+        [--out rows.json] [--table2]           (TARGET: a graph file, or a model MODULE:FACTORY such as zoo:vgg16)
+    checkmate table2 ROWS.json...
     checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
+    checkmate max-batch TARGET --memory 16GiB [--methods checkpoint_all,chen_sqrtn,optimal] [--max-overhead 1.0]
+        [--time-limit S] [--factory-option KEY=VALUE]      (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
 
 A budget (`--budget`) is read as `checkmate.compile` reads it (`units.parse_budget`): bytes (1000000), a size
 (8GiB, 512MiB), or a fraction in (0, 1] of the peak without rematerialization (0.6: 0.6 times checkpoint_all's peak).
@@ -69,12 +73,36 @@ def _parser() -> argparse.ArgumentParser:
     compare_parser.add_argument("--methods", help="comma-separated names (default: every method)")
     compare_parser.set_defaults(command=_compare)
 
-    sweep_parser = commands.add_parser("sweep", help="compare the methods over a range of budgets, optionally plotted")
-    _graph_and_budget(sweep_parser)
+    sweep_parser = commands.add_parser(
+        "sweep", help="every method over a range of budgets, in parallel: tables, plot, rows as JSON"
+    )
+    sweep_parser.add_argument(
+        "targets",
+        nargs="+",
+        metavar="TARGET",
+        help="a graph file (.json, .json.gz), or a model MODULE:FACTORY (zoo:NAME for checkmate.zoo:NAME) captured "
+        "with the flops cost model (needs torch)",
+    )
+    sweep_parser.add_argument("--budget", help=argparse.SUPPRESS)  # refused with advice: a sweep picks its budgets
+    _solver_options(sweep_parser)
     sweep_parser.add_argument("--methods", help="comma-separated names (default: every method)")
-    sweep_parser.add_argument("--points", type=int, default=8, help="budgets from the floor to checkpoint_all's peak")
+    sweep_parser.add_argument(
+        "--points", type=int, default=8, help="budgets from the smallest feasible to checkpoint_all's peak"
+    )
+    sweep_parser.add_argument("--batch-size", type=int, help="the factory's batch_size (models only)")
+    sweep_parser.add_argument("--workers", type=int, help="local worker processes (default: one per CPU)")
+    sweep_parser.add_argument(
+        "--ray", metavar="ADDRESS", help="run on Ray: 'auto', HOST:PORT, ray://HOST:PORT, or 'local' (needs ray)"
+    )
+    sweep_parser.add_argument("--out", type=Path, help="write the rows to this JSON file (`checkmate table2` reads it)")
     sweep_parser.add_argument("--plot", type=Path, help="write overhead against budget to this PNG (needs matplotlib)")
+    sweep_parser.add_argument("--table2", action="store_true", help="also print the paper's Table 2 (against optimal)")
     sweep_parser.set_defaults(command=_sweep)
+
+    table2_parser = commands.add_parser("table2", help="the paper's Table 2 and solve times from saved sweep rows")
+    table2_parser.add_argument("rows", nargs="+", type=Path, metavar="ROWS.json", help="written by sweep --out")
+    table2_parser.add_argument("--reference", default="optimal", help="the method others are divided by")
+    table2_parser.set_defaults(command=_table2)
 
     capture_parser = commands.add_parser("capture", help="trace a PyTorch model into a graph JSON (needs torch)")
     capture_parser.add_argument(
@@ -84,6 +112,36 @@ def _parser() -> argparse.ArgumentParser:
     capture_parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
     capture_parser.add_argument("--max-nodes", type=int, help="merge ops until the graph has at most this many nodes")
     capture_parser.set_defaults(command=_capture)
+
+    max_batch_parser = commands.add_parser(
+        "max-batch", help="the largest batch size each method plans within a memory (needs torch)"
+    )
+    max_batch_parser.add_argument(
+        "target", metavar="TARGET", help="a model MODULE:FACTORY taking batch_size (zoo:NAME for checkmate.zoo:NAME)"
+    )
+    max_batch_parser.add_argument("--memory", required=True, help="bytes or a size (16GiB), fixed memory included")
+    max_batch_parser.add_argument(
+        "--methods", help="comma-separated names (default: checkpoint_all,chen_sqrtn,chen_greedy,optimal)"
+    )
+    max_batch_parser.add_argument(
+        "--max-overhead",
+        type=float,
+        help="at most this many extra forward passes of compute over no rematerialization at the same batch size "
+        "(1.0: the paper's cap for its Figure 6); default no cap",
+    )
+    max_batch_parser.add_argument("--cost-model", default="flops", choices=("flops", "unit"))
+    max_batch_parser.add_argument(
+        "--tolerance", type=float, default=0.0, help="stop within this fraction of the batch size (default exact)"
+    )
+    max_batch_parser.add_argument(
+        "--factory-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another argument of the factory (VALUE read as JSON when it parses, else as text); repeatable",
+    )
+    _solver_options(max_batch_parser)
+    max_batch_parser.set_defaults(command=_max_batch)
     return parser
 
 
@@ -94,6 +152,10 @@ def _graph_and_budget(parser: argparse.ArgumentParser) -> None:
         help="memory budget, fixed memory included: bytes (1000000), a size (512MiB, 8GiB) or a fraction in (0, 1] "
         "of the peak without rematerialization (0.6); default: none",
     )
+    _solver_options(parser)
+
+
+def _solver_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-limit", type=float, help="seconds for each method that runs a solver (optimal, approx); default none"
     )
@@ -197,30 +259,15 @@ def _compare(arguments: argparse.Namespace) -> int:
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
-    from checkmate.sweep import budget_grid, sweep
+    from checkmate.sweep_cli import run_sweep
 
-    graph = _load_graph(arguments.graph)
-    if arguments.budget is not None:
-        raise ValueError("sweep chooses its own budgets; use --points instead of --budget")
-    methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
-    budgets = budget_grid(graph, arguments.points)
-    with ProgressDisplay() as display:
-        points = sweep(graph, budgets, methods, options={**_method_options(arguments), "progress": display})
-    names = list(dict.fromkeys(point.row.method for point in points))
-    print("budget".ljust(14) + "".join(name.rjust(max(len(name), 9) + 2) for name in names))
-    for budget in budgets:
-        cells = {point.row.method: point.row for point in points if point.budget == budget}
-        text = "".join(
-            ("-" if cells[name].overhead is None else f"{cells[name].overhead:.3f}x").rjust(max(len(name), 9) + 2)
-            for name in names
-        )
-        print(format_bytes(budget).ljust(14) + text)
-    print("(compute overhead against checkpoint_all; - means the method finds no plan within that budget)")
-    if arguments.plot is not None:
-        from checkmate.plots import plot_sweep
+    return run_sweep(arguments, _method_options(arguments))
 
-        print(f"plot written to {plot_sweep(points, arguments.plot, title=arguments.graph.name)}")
-    return 0
+
+def _table2(arguments: argparse.Namespace) -> int:
+    from checkmate.sweep_cli import run_table2
+
+    return run_table2(arguments)
 
 
 def _capture(arguments: argparse.Namespace) -> int:
@@ -231,3 +278,9 @@ def _capture(arguments: argparse.Namespace) -> int:
         raise CheckmateError(f"capture is unavailable ({error}){hint}") from None
     status: int = run_capture(arguments.target, arguments.out, arguments.cost_model, arguments.max_nodes)
     return status
+
+
+def _max_batch(arguments: argparse.Namespace) -> int:
+    from checkmate.batch_search_cli import run_max_batch
+
+    return run_max_batch(arguments, _method_options(arguments))

@@ -15,9 +15,10 @@ import numpy as np
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import lower
-from checkmate.sweep import SweepPoint
+from checkmate.sweep import SweepRow
 
 _MEBIBYTE = 2**20
+_GIBIBYTE = 2**30
 
 
 def _pyplot() -> Any:
@@ -32,25 +33,34 @@ def _pyplot() -> Any:
 
 
 def _unit(largest: float) -> tuple[float, str]:
+    if largest >= _GIBIBYTE:
+        return _GIBIBYTE, "GiB"
     return (_MEBIBYTE, "MiB") if largest >= _MEBIBYTE else (1.0, "bytes")
 
 
-def plot_sweep(points: Sequence[SweepPoint], path: str | Path, *, title: str = "") -> Path:
-    """Overhead (cost / checkpoint_all cost) against budget, one line per method; infeasible budgets are gaps."""
+def plot_sweep(rows: Sequence[SweepRow], path: str | Path, *, title: str = "") -> Path:
+    """Overhead (cost / checkpoint_all cost) against budget, one line per method and one panel per model (the
+    paper's Figure 5); budgets where a method has no plan are gaps, and a method with no plan at all is left out."""
     pyplot = _pyplot()
-    scale, unit = _unit(max(point.budget for point in points))
-    figure, axes = pyplot.subplots(figsize=(7, 4.5))
-    for method in dict.fromkeys(point.row.method for point in points):
-        mine = [point for point in points if point.row.method == method]
-        budgets = [point.budget / scale for point in mine]
-        overheads = [np.nan if point.row.overhead is None else point.row.overhead for point in mine]
-        style = {"linewidth": 2.5, "color": "black"} if method == "optimal" else {"linewidth": 1.2}
-        axes.plot(budgets, overheads, marker="o", markersize=3, label=method, **style)
-    axes.set_xlabel(f"memory budget ({unit}, fixed memory included)")
-    axes.set_ylabel("compute overhead (× checkpoint_all)")
-    axes.set_title(title or "Overhead against memory budget")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    models = list(dict.fromkeys(row.model for row in rows))
+    figure, panels = pyplot.subplots(1, len(models), figsize=(7 * len(models), 4.5), squeeze=False)
+    for axes, model in zip(panels[0], models, strict=True):
+        mine = sorted((row for row in rows if row.model == model), key=lambda row: row.budget)
+        scale, unit = _unit(max(row.budget for row in mine))
+        for method in dict.fromkeys(row.method for row in mine):
+            theirs = [row for row in mine if row.method == method]
+            if all(row.overhead is None for row in theirs):
+                continue
+            budgets = [row.budget / scale for row in theirs]
+            overheads = [np.nan if row.overhead is None else row.overhead for row in theirs]
+            style = {"linewidth": 2.5, "color": "black"} if method == "optimal" else {"linewidth": 1.2}
+            axes.plot(budgets, overheads, marker="o", markersize=3, label=method, **style)
+        axes.set_xlabel(f"memory budget ({unit}, fixed memory included)")
+        axes.set_ylabel("compute overhead (× checkpoint_all)")
+        axes.set_title(model)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.suptitle(title or "Overhead against memory budget")
     return _save(figure, pyplot, path)
 
 

@@ -3,26 +3,36 @@ import pytest
 from checkmate import solve
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
+from checkmate.plots import plot_sweep
+from checkmate.strategies.feasibility import minimum_budget
 from checkmate.sweep import budget_grid, sweep
 
 
-def test_budget_grid_runs_from_the_floor_to_the_checkpoint_all_peak() -> None:
-    graph = linear_graph(6)
+def test_budget_grid_runs_from_the_smallest_feasible_budget_to_the_checkpoint_all_peak() -> None:
+    graph = random_training_graph(8, seed=2)
     grid = budget_grid(graph, 4)
     assert grid[-1] == solve(graph, None).peak_memory
-    assert grid[0] == 3 and grid == sorted(grid)
+    assert grid[0] == minimum_budget(graph).upper and grid == sorted(grid) and len(grid) == 4
+    assert solve(graph, grid[0], method="chen_greedy_linear").peak_memory <= grid[0]  # the bottom has a plan
+    assert budget_grid(linear_graph(6), 4) == [3, 5, 6, 8]
     with pytest.raises(ValueError, match="at least 2"):
         budget_grid(graph, 1)
 
 
 def test_sweep_rows_are_within_their_budgets_and_monotone_for_greedy() -> None:
     graph = random_training_graph(8, seed=2)
-    points = sweep(graph, budget_grid(graph, 5), ["checkpoint_all", "chen_greedy_linear"])
-    assert len(points) == 10
-    for point in points:
-        assert point.row.peak_memory is None or point.row.peak_memory <= point.budget
-    greedy = [p.row.cost for p in points if p.row.method == "chen_greedy_linear" and p.row.cost is not None]
-    assert greedy == sorted(greedy, reverse=True), "a larger budget never makes the cheapest greedy plan dearer"
+    methods = ["checkpoint_all", "chen_greedy_linear"]
+    rows = sweep(graph, budget_grid(graph, 5), methods, model="random")
+    assert [(row.model, row.method) for row in rows[:2]] == [("random", method) for method in methods]
+    assert len(rows) == 10 and all(row.nodes == graph.size and row.variables > 0 for row in rows)
+    greedy = [row for row in rows if row.method == "chen_greedy_linear"]
+    assert all(row.peak_memory is not None and row.peak_memory <= row.budget for row in greedy), "a plan everywhere"
+    costs = [row.cost for row in greedy]
+    assert costs == sorted(costs, reverse=True), "a larger budget never makes the cheapest greedy plan dearer"
+    assert costs[0] > costs[-1], "the tightest budget costs recomputation"
+    everything = [row for row in rows if row.method == "checkpoint_all"]
+    assert [row.status for row in everything] == ["infeasible"] * 4 + ["feasible"]
+    assert everything[-1].overhead == 1.0 and "needs at least" in str(everything[0].error)
 
 
 def test_cli_sweep_and_solve_write_plots(tmp_path, capsys) -> None:
@@ -30,14 +40,25 @@ def test_cli_sweep_and_solve_write_plots(tmp_path, capsys) -> None:
     graph_file = tmp_path / "chain.json"
     graph_file.write_text(linear_graph(5).to_json())
     sweep_png, memory_png = tmp_path / "sweep.png", tmp_path / "memory.png"
-    assert (
-        main(["sweep", str(graph_file), "--points", "3", "--methods", "chen_sqrtn,griewank", "--plot", str(sweep_png)])
-        == 0
-    )
+    arguments = ["sweep", str(graph_file), "--points", "3", "--methods", "chen_sqrtn,griewank", "--workers", "1"]
+    assert main([*arguments, "--plot", str(sweep_png)]) == 0
     assert main(["solve", str(graph_file), "--budget", "6", "--method", "griewank", "--plot", str(memory_png)]) == 0
     for png in (sweep_png, memory_png):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert "griewank" in capsys.readouterr().out
+
+
+def test_plot_sweep_draws_a_panel_per_model(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = [
+        *sweep(linear_graph(5), [4, 7], ["chen_sqrtn"], model="five"),
+        *sweep(linear_graph(9), [5, 11], ["chen_sqrtn"], model="nine"),
+    ]
+    one = plot_sweep(rows[:2], tmp_path / "one.png")
+    two = plot_sweep(rows, tmp_path / "two.png")
+    from matplotlib.image import imread
+
+    assert imread(two).shape[1] > 1.8 * imread(one).shape[1]
 
 
 def test_an_option_the_method_does_not_take_is_a_clear_error() -> None:

@@ -1,0 +1,139 @@
+"""`checkmate max-batch TARGET --memory 16GiB`: the largest batch size of a model per method (the paper's Figure 6).
+
+    checkmate max-batch zoo:mobilenet --memory 16GiB --methods checkpoint_all,chen_sqrtn,optimal --max-overhead 1.0
+
+TARGET is a factory `MODULE:FACTORY` (`zoo:NAME` is short for `checkmate.zoo:NAME`) called with `batch_size`, and
+`--factory-option KEY=VALUE` for its other arguments (`width=0.25`); it is captured on fake tensors at each size
+tried (`checkmate.batch_search`). Methods run in the order given, each starting its search at the largest batch
+size found so far. While one searches, a status line on stderr (a terminal only) shows the size being tried and
+the solver's phase; each method's row is printed when it finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from checkmate.batch_search import REFERENCE, MaxBatch, search_max_batch
+from checkmate.compare import accepted_options
+from checkmate.errors import CheckmateError, InfeasibleBudget
+from checkmate.progress_display import ProgressDisplay
+from checkmate.strategies.registry import get_strategy
+from checkmate.units import format_bytes, parse_bytes
+
+ZOO_PREFIX = "zoo:"
+DEFAULT_METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")
+HEADER = ("method", "max batch", f"vs {REFERENCE}", "overhead", "extra fwd", "peak", "sizes (solves)", "time (s)")
+
+
+@dataclass(frozen=True)
+class MaxBatchRow:
+    """One method's line of the table: its result, or why not even batch size 1 fits."""
+
+    method: str
+    result: MaxBatch | None
+    error: str | None = None
+
+
+def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
+    """Search each method's largest batch size for the target and print the table; returns 0."""
+    try:
+        from checkmate.capture.cli import load_factory
+        from checkmate.capture.fake_factory import fake_graph_at
+    except ImportError as error:
+        hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
+        raise CheckmateError(f"max-batch needs capture, which is unavailable ({error}){hint}") from None
+    memory = parse_bytes(arguments.memory)
+    methods = DEFAULT_METHODS if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
+    for method in methods:
+        get_strategy(method)
+    target = arguments.target
+    spec = "checkmate.zoo:" + target.removeprefix(ZOO_PREFIX) if target.startswith(ZOO_PREFIX) else target
+    graph_at = fake_graph_at(
+        load_factory(spec), cost_model=arguments.cost_model, **factory_options(arguments.factory_option)
+    )
+    cap = (
+        "no cap on overhead"
+        if arguments.max_overhead is None
+        else f"at most {arguments.max_overhead:g} extra forward passes over no rematerialization"
+    )
+    print(f"{spec} within {format_bytes(memory)} ({memory} bytes), {arguments.cost_model} costs, {cap}")
+    print(format_row(HEADER))
+    rows: list[MaxBatchRow] = []
+    for method in methods:
+        row = _search(graph_at, memory, method, arguments, options, start=_best(rows))
+        rows.append(row)
+        print(format_row(row_cells(row, rows)), flush=True)
+    print(
+        f"(overhead: cost over the step without rematerialization at that batch size; extra fwd: that extra cost in "
+        f"forward passes, what --max-overhead caps; vs {REFERENCE}: max batch over {REFERENCE}'s)"
+    )
+    return 0
+
+
+def factory_options(items: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs as keyword arguments, each VALUE read as JSON when it parses, else as text."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, separator, text = item.partition("=")
+        if not separator or not key:
+            raise ValueError(f"--factory-option {item!r} must look like KEY=VALUE")
+        try:
+            parsed[key] = json.loads(text)
+        except json.JSONDecodeError:
+            parsed[key] = text
+    return parsed
+
+
+def _search(
+    graph_at: Any, memory: int, method: str, arguments: argparse.Namespace, options: dict[str, Any], *, start: int
+) -> MaxBatchRow:
+    with ProgressDisplay() as display:
+        try:
+            result = search_max_batch(
+                graph_at,
+                memory,
+                method=method,
+                max_overhead=arguments.max_overhead,
+                start=start,
+                tolerance=arguments.tolerance,
+                progress=display,
+                **accepted_options(method, options),
+            )
+        except InfeasibleBudget as error:
+            return MaxBatchRow(method, None, str(error))
+    return MaxBatchRow(method, result)
+
+
+def _best(rows: Sequence[MaxBatchRow]) -> int:
+    return max((row.result.batch_size for row in rows if row.result is not None), default=1)
+
+
+def row_cells(row: MaxBatchRow, rows: Sequence[MaxBatchRow]) -> tuple[str, ...]:
+    """The table's cells for `row`; `rows` holds the reference method's row when it ran."""
+    result = row.result
+    if result is None:
+        return (row.method, "-", f"error: {row.error}")
+    reference = next((other.result for other in rows if other.method == REFERENCE and other.result), None)
+    ratio = "-" if reference is None else f"{result.batch_size / reference.batch_size:.2f}x"
+    solves = sum(attempt.solved for attempt in result.attempts)
+    limit = " (the search's limit)" if result.reached_limit else ""
+    return (
+        row.method,
+        f"{result.batch_size}{limit}",
+        ratio,
+        f"{result.overhead:.3f}x",
+        f"{result.extra_forward_passes:.2f}",
+        format_bytes(result.plan.peak_memory),
+        f"{len(result.attempts)} ({solves})",
+        f"{result.seconds:.1f}",
+    )
+
+
+def format_row(cells: Sequence[str]) -> str:
+    """Cells in fixed-width columns; the last cell runs on (an error message)."""
+    widths = (16, 10, 18, 9, 9, 11, 14)
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells[:-1], widths, strict=False)) + "  " + cells[-1]
