@@ -2,7 +2,8 @@
 
 For MobileNet (v1, 224x224), U-Net (416x608) and VGG19 (224x224) from `checkmate.zoo`, captured on fake tensors
 with the FLOP cost model at each batch size tried (as the paper: "Costs are measured in FLOPs, determined
-statically"), it runs `checkmate.batch_search.search_max_batch` for checkpoint_all, chen_sqrtn, chen_greedy and
+statically"), it runs `checkmate.experiments.batch_search.search_max_batch` for checkpoint_all, chen_sqrtn,
+chen_greedy and
 optimal within `--memory` bytes (default 16e9, the paper's V100 figure `platform_memory("p32xlarge")`), first with
 the paper's cap of one extra forward pass over the step without rematerialization (its eq. 10, applied to every
 method as the paper filtered its baselines), then without a cap. `optimal` gets `--time-limit` seconds per solve.
@@ -30,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from checkmate import InfeasibleBudget, zoo
-from checkmate.batch_search import REFERENCE, MaxBatch, search_max_batch
-from checkmate.capture.fake_factory import fake_graph_at
+from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
 from checkmate.graph import Graph
+from checkmate.torch_capture.fake_factory import fake_graph_at
 from checkmate.units import format_bytes, parse_bytes
 
 METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")
@@ -110,7 +111,8 @@ def main() -> None:
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger("checkmate").setLevel(logging.WARNING)
-    logging.getLogger("checkmate.batch_search").setLevel(logging.INFO if arguments.verbose else logging.WARNING)
+    search_level = logging.INFO if arguments.verbose else logging.WARNING
+    logging.getLogger("checkmate.experiments.batch_search").setLevel(search_level)
     memory = parse_bytes(arguments.memory)
     started = time.perf_counter()
     print(

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from checkmate.parallel import make_runner
-from checkmate.plots import plot_sweep
-from checkmate.sweep import SweepRow, budget_grid, rows_to_json, run_tasks, sweep_tasks
-from checkmate.sweep_cli import capture_target
-from checkmate.tables import approximation_ratios, format_solve_times, format_sweep, solve_times
+from checkmate.cli.sweep import capture_target
+from checkmate.experiments.parallel import make_runner
+from checkmate.experiments.plots import plot_sweep
+from checkmate.experiments.sweep import SweepRow, budget_grid, rows_to_json, run_tasks, sweep_tasks
+from checkmate.experiments.tables import approximation_ratios, format_solve_times, format_sweep, solve_times
 
 # name -> (factory, the paper's batch size)
 MODELS = {"vgg16": ("zoo:vgg16", 256), "unet": ("zoo:unet", 32)}

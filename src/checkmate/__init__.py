@@ -5,7 +5,6 @@ The core (graph, plan, simulate, strategies) imports no torch; `capture` and `co
 
 from typing import Any
 
-from checkmate.batch_search import MaxBatch, max_batch
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -17,6 +16,7 @@ from checkmate.errors import (
     MethodNotApplicable,
     SolverUnavailable,
 )
+from checkmate.experiments.batch_search import MaxBatch, max_batch
 from checkmate.graph import Graph, Node
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import Progress, SearchControl
@@ -27,21 +27,18 @@ from checkmate.units import format_bytes, parse_bytes
 
 
 def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:
-    """Capture one training step as a planning graph; see `checkmate.capture.capture` (imports torch).
-
-    Importing the subpackage rebinds `checkmate.capture` to it; the subpackage is callable, so
-    `checkmate.capture(model, loss_fn, batch)` works either way.
-    """
-    from checkmate.capture import capture as capture_step
+    """Capture one training step as a planning graph; see `checkmate.torch_capture.capture` (imports torch on the
+    first call, so that `import checkmate` does not)."""
+    from checkmate.torch_capture import capture as capture_step
 
     return capture_step(model, loss_fn, batch, **options)
 
 
 def compile(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Any:
     """Plan a training step within a memory budget and return a step that runs the plan; see
-    `checkmate.compiled.compile` (imports torch).
+    `checkmate.training.compiled.compile` (imports torch).
     """
-    from checkmate.compiled import compile as compile_step
+    from checkmate.training.compiled import compile as compile_step
 
     return compile_step(model, loss_fn, batch, **options)
 

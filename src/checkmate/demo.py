@@ -28,8 +28,8 @@ from torch import nn
 import checkmate
 from checkmate import zoo
 from checkmate.execute import eager_peak
-from checkmate.step_report import LABEL_WIDTH
 from checkmate.strategies.registry import strategies
+from checkmate.training.step_report import LABEL_WIDTH
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,9 @@ def _largest_difference(model: nn.Module, reference: nn.Module) -> float:
     return max(differences, default=0.0)
 
 
-def _train(step: checkmate.compiled.CompiledStep, reference: nn.Module, batch: Sequence[Any], steps: int) -> None:
+def _train(
+    step: checkmate.training.compiled.CompiledStep, reference: nn.Module, batch: Sequence[Any], steps: int
+) -> None:
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (step.model, reference)]
     for number in range(1, steps + 1):
         torch.manual_seed(number)
@@ -167,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     _summary(step, reference, batch)
 
 
-def _summary(step: checkmate.compiled.CompiledStep, reference: nn.Module, batch: Sequence[Any]) -> None:
+def _summary(step: checkmate.training.compiled.CompiledStep, reference: nn.Module, batch: Sequence[Any]) -> None:
     report = step.report()
     reference.zero_grad(set_to_none=True)
     eager_bytes = eager_peak(reference, step.loss_fn, batch)

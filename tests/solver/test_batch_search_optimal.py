@@ -9,9 +9,9 @@ import pytest
 from test_batch_search import brute_force, scaled
 
 from checkmate import Graph, solve
-from checkmate.batch_search import search_max_batch
 from checkmate.bounds import activation_floor
 from checkmate.examples import random_training_graph, training_graph
+from checkmate.experiments.batch_search import search_max_batch
 
 SMALL = random_training_graph(6, seed=4, skip_probability=0.4)
 # A chain with one large value: optimal reaches the activation floor at every batch size (minimum_budget == floor).

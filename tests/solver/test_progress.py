@@ -12,13 +12,13 @@ from functools import cache
 import numpy as np
 import pytest
 
+from checkmate.cli.progress_display import ProgressDisplay, format_progress
 from checkmate.examples import linear_graph
 from checkmate.milp.backends import available_backends, get_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.milp.scaling import memory_scale
 from checkmate.progress import Progress, SearchControl, stop_on_interrupt
-from checkmate.progress_display import ProgressDisplay, format_progress
 from checkmate.simulate import simulate
 
 BACKENDS = [name for name in ("highs", "scip") if name in available_backends()]

@@ -10,7 +10,7 @@ import pytest
 
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
-from checkmate.sweep import budget_grid, sweep
+from checkmate.experiments.sweep import budget_grid, sweep
 
 # Unit chain of 6 layers (13 nodes) at budgets 3..8 bytes: griewank (revolve) is optimal there (BENCHMARKS.md).
 CHAIN6_OPTIMAL = [28.0, 18.0, 16.0, 15.0, 14.0, 13.0]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from checkmate.compiled import CompiledStep
+from checkmate.training.compiled import CompiledStep
 
 
 def assert_equal(got: torch.Tensor, want: torch.Tensor, message: str, *, exact: bool = True) -> None:

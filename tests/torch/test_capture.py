@@ -22,10 +22,10 @@ from torch.utils import _pytree as pytree
 
 import checkmate
 from checkmate import CaptureError, Graph, solve, zoo
-from checkmate.capture import capture
-from checkmate.capture.cli import run_capture
-from checkmate.capture.measure import measure_eager_step
 from checkmate.captured import Captured
+from checkmate.torch_capture import capture
+from checkmate.torch_capture.cli import run_capture
+from checkmate.torch_capture.measure import measure_eager_step
 
 SMALL = {
     "mlp": lambda: zoo.mlp(batch_size=4, width=16, depth=2),
@@ -216,7 +216,7 @@ def test_profile_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     def no_timing(*args: Any) -> None:
         raise AssertionError("a cached op was timed again")
 
-    monkeypatch.setattr("checkmate.capture.profile._cpu_timer", no_timing)
+    monkeypatch.setattr("checkmate.torch_capture.profile._cpu_timer", no_timing)
     second = capture(model, loss_fn, batch, cost_model="profile")
     assert [node.cost for node in second.graph.nodes] == [node.cost for node in first.graph.nodes]
 
@@ -337,7 +337,7 @@ def test_tracing_sees_only_fake_tensors() -> None:
 @pytest.mark.slow
 def test_vgg16_batch_256_captures_in_seconds_without_allocating_activations() -> None:
     code = (
-        "import resource, time; from checkmate import zoo, solve; from checkmate.capture import capture\n"
+        "import resource, time; from checkmate import zoo, solve; from checkmate.torch_capture import capture\n"
         "model, loss_fn, batch = zoo.vgg16(batch_size=256)\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "started = time.perf_counter(); captured = capture(model, loss_fn, batch, cost_model='flops')\n"

@@ -17,8 +17,8 @@ from eager_oracle import compare_steps, train_three_steps
 
 import checkmate
 from checkmate import CheckmateError, ExecutionError, cheapest_r, make_plan, zoo
-from checkmate.compiled import resolve_budget
 from checkmate.execute import eager_peak
+from checkmate.training.compiled import resolve_budget
 
 TIME_LIMIT = 20
 MODELS: dict[str, Callable[[], Any]] = {
@@ -102,13 +102,13 @@ def test_plans_come_from_the_disk_cache(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
     model, loss_fn, batch = zoo.mlp(batch_size=8)
     solved: list[str] = []
-    real_solve = checkmate.compiled.solve
+    real_solve = checkmate.training.compiled.solve
 
     def counting_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
         solved.append(method)
         return real_solve(graph, budget, method=method, **options)
 
-    monkeypatch.setattr(checkmate.compiled, "solve", counting_solve)
+    monkeypatch.setattr(checkmate.training.compiled, "solve", counting_solve)
     first = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
     second = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
     assert solved.count("chen_greedy_linear") == 1
@@ -168,7 +168,7 @@ def test_a_measured_peak_above_the_plan_is_reported(
     )
     step(*batch)
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
-    real_measure = checkmate.compiled.measure_peak
+    real_measure = checkmate.training.compiled.measure_peak
 
     @contextlib.contextmanager
     def overshooting(device: Any, baseline: Any) -> Iterator[Any]:
@@ -176,7 +176,7 @@ def test_a_measured_peak_above_the_plan_is_reported(
             yield meter
         meter.peak_bytes = step.plan.peak_memory + 4096
 
-    monkeypatch.setattr(checkmate.compiled, "measure_peak", overshooting)
+    monkeypatch.setattr(checkmate.training.compiled, "measure_peak", overshooting)
     step(*batch)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and "above the plan's" in warnings[0] and "by 4.00 KiB" in warnings[0], warnings

@@ -10,8 +10,8 @@ import pytest
 
 import checkmate
 from checkmate import InfeasibleBudget, solve, zoo
-from checkmate.capture.fake_factory import fake_graph_at
 from checkmate.cli import main
+from checkmate.torch_capture.fake_factory import fake_graph_at
 from checkmate.units import parse_bytes
 
 SMALL_VGG = {"image_size": 16, "width": 4}

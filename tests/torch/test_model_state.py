@@ -16,7 +16,7 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
-from checkmate.compiled import CompiledStep
+from checkmate.training.compiled import CompiledStep
 
 VOCAB, WIDTH, LENGTH = 11, 6, 5
 

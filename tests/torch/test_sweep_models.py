@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from checkmate.cli import main
-from checkmate.sweep import rows_from_json
+from checkmate.experiments.sweep import rows_from_json
 
 
 def test_sweep_captures_a_zoo_model_at_the_batch_size_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

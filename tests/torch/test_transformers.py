@@ -22,7 +22,7 @@ from eager_oracle import assert_same_state, compare_steps, train_three_steps
 from torch import nn
 
 import checkmate
-from checkmate.capture.tracing_context import tracing_ahead_of_time
+from checkmate.torch_capture.tracing_context import tracing_ahead_of_time
 
 Built = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]
 TIME_LIMIT = 3

@@ -16,7 +16,7 @@ import torch
 
 import checkmate
 from checkmate import Captured, Graph, zoo
-from checkmate.capture.fake_factory import fake_graph_at
+from checkmate.torch_capture.fake_factory import fake_graph_at
 
 # name -> (tiny variant, forward convolutions (transposed ones included), attention ops, max-unpools)
 TINY: dict[str, tuple[Callable[[], zoo.Factory], int, int, int]] = {
@@ -115,7 +115,7 @@ def test_fake_capture_refuses_the_profile_cost_model() -> None:
 def test_full_size_vgg19_at_batch_1024_captures_without_allocating() -> None:
     code = (
         "import resource, time; from checkmate import solve, zoo\n"
-        "from checkmate.capture.fake_factory import fake_graph_at\n"
+        "from checkmate.torch_capture.fake_factory import fake_graph_at\n"
         "import torch\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "started = time.perf_counter(); graph = fake_graph_at(zoo.vgg19)(1024)\n"

@@ -1,4 +1,5 @@
-"""The batch-size search of `checkmate.batch_search` on synthetic graphs whose memory grows with the batch size.
+"""The batch-size search of `checkmate.experiments.batch_search` on synthetic graphs whose memory grows with the
+batch size.
 
 Oracle: solve every size from 1 up and take the last size before the first that fails (brute force).
 """
@@ -13,9 +14,9 @@ from collections.abc import Callable
 import pytest
 
 from checkmate import Graph, InfeasibleBudget, Node, solve
-from checkmate.batch_search import search_max_batch
 from checkmate.bounds import activation_floor
 from checkmate.examples import random_training_graph
+from checkmate.experiments.batch_search import search_max_batch
 from checkmate.progress import Progress
 
 BASE = random_training_graph(10, seed=4, skip_probability=0.4)

@@ -13,8 +13,8 @@ import pytest
 
 from checkmate.errors import RunnerUnavailable
 from checkmate.examples import random_training_graph
-from checkmate.parallel import LocalRunner, RayRunner, make_runner
-from checkmate.sweep import SweepRow, sweep
+from checkmate.experiments.parallel import LocalRunner, RayRunner, make_runner
+from checkmate.experiments.sweep import SweepRow, sweep
 
 BASELINES = ["checkpoint_all", "chen_sqrtn_linear", "chen_greedy", "chen_greedy_linear"]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import checkmate
-from checkmate import plan_cache
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph
 from checkmate.plan import Plan
+from checkmate.training import plan_cache
 
 GRAPH = linear_graph(6)
 BUDGET = 9
@@ -64,7 +64,7 @@ def test_a_proven_plan_serves_any_later_call() -> None:
 def test_an_unproven_plan_serves_only_calls_that_ask_for_no_more_effort(caplog: pytest.LogCaptureFixture) -> None:
     worse = Solver(_plan("chen_sqrtn"))  # found in 5 s, not proven
     plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 5}, solve=worse)
-    with caplog.at_level(logging.INFO, logger="checkmate.plan_cache"):
+    with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
         reused = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 5}, solve=worse)
     assert worse.calls == 1 and reused.status == "feasible"
     assert "not proven optimal" in caplog.text, "reusing an unproven plan is said"
@@ -88,12 +88,12 @@ def test_a_corrupt_or_foreign_entry_is_ignored_with_a_warning(
     solver = Solver(_plan(status="optimal"))
     for text in ("{not json", json.dumps({"format": "something-else/1"}), json.dumps([1, 2])):
         path.write_text(text)
-        with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
+        with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
             assert plan_cache.load_cached(key, GRAPH, cost_model="unit") is None
         assert "ignoring the cached plan" in caplog.text
         caplog.clear()
     other = random_training_graph(3, seed=0)
     plan_cache.write_plan(path, checkmate.solve(other, None, method="checkpoint_all"), other, cost_model="unit")
-    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
         plan = plan_cache.cached_solve(key, GRAPH, cost_model="unit", options={}, solve=solver)
     assert "another graph" in caplog.text and solver.calls == 1 and plan.status == "optimal"

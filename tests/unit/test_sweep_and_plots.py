@@ -3,9 +3,9 @@ import pytest
 from checkmate import solve
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
-from checkmate.plots import plot_sweep
+from checkmate.experiments.plots import plot_sweep
+from checkmate.experiments.sweep import budget_grid, sweep
 from checkmate.strategies.feasibility import minimum_budget
-from checkmate.sweep import budget_grid, sweep
 
 
 def test_budget_grid_runs_from_the_smallest_feasible_budget_to_the_checkpoint_all_peak() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from checkmate.cli import main
-from checkmate.sweep import SweepRow, rows_from_json, rows_to_json
-from checkmate.tables import approximation_ratios, format_sweep, format_table2, solve_times
+from checkmate.experiments.sweep import SweepRow, rows_from_json, rows_to_json
+from checkmate.experiments.tables import approximation_ratios, format_sweep, format_table2, solve_times
 
 
 def row(model: str, method: str, budget: int, cost: float | None, **fields: object) -> SweepRow:

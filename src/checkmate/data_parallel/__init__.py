@@ -53,11 +53,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
-from checkmate.compiled import Compiled, CompiledStep, LossFunction, Settings, batch_signature, plan_step
 from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, layout_buckets, tensor_bytes
 from checkmate.data_parallel.reducer import BucketedGradients, Reduction
 from checkmate.errors import DataParallelError
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
+from checkmate.training.compiled import Compiled, CompiledStep, LossFunction, Settings, batch_signature, plan_step
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)

@@ -25,11 +25,11 @@ import torch
 import torch.fx
 from torch.fx.node import map_aggregate
 
-from checkmate.capture.strides import conform_layout, traced_stride
 from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
 from checkmate.execute.codegen import NodeFunction, Operation, OperationFailed, Reference, node_function
 from checkmate.simulate import Compute, Schedule
+from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +165,8 @@ def _operation(fx_node: torch.fx.Node, release: tuple[str, ...]) -> Operation:
 
 
 def _conform_layout(tensor: torch.Tensor, stride: tuple[int, ...], name: str) -> torch.Tensor:
-    """The value in its traced layout (`checkmate.capture.strides`); a copy, held beside the original for a moment,
-    that the plan does not count: logged once per fx node."""
+    """The value in its traced layout (`checkmate.torch_capture.strides`); a copy, held beside the original for a
+    moment, that the plan does not count: logged once per fx node."""
     laid_out = conform_layout(tensor, stride)
     if laid_out is not tensor and name not in _layouts_warned:
         _layouts_warned.add(name)

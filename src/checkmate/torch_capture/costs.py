@@ -4,7 +4,7 @@
 * "flops": PyTorch's own FLOP formulas (`torch.utils.flop_counter.flop_registry`), evaluated on the
   fake tensors' shapes. Ops PyTorch gives no formula (elementwise ops, reductions, copies) are charged
   one operation per output element, so recomputing them is never free. Views cost 0.
-* "profile": measured time in seconds on the model's device; see `checkmate.capture.profile`.
+* "profile": measured time in seconds on the model's device; see `checkmate.torch_capture.profile`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
-from checkmate.capture.sizes import tensors_of
 from checkmate.errors import CaptureError
+from checkmate.torch_capture.sizes import tensors_of
 
 log = logging.getLogger(__name__)
 

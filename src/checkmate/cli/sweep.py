@@ -7,7 +7,8 @@
 
 A TARGET is a graph file (`.json`, `.json.gz`, as `Graph.to_json` or `checkmate capture` writes it) or a model
 `MODULE:FACTORY` (`zoo:NAME` is short for `checkmate.zoo:NAME`), called with `batch_size` (`--batch-size`, default
-the factory's own) under a FakeTensorMode and captured with the flops cost model (`checkmate.capture.fake_factory`;
+the factory's own) under a FakeTensorMode and captured with the flops cost model
+(`checkmate.torch_capture.fake_factory`;
 this needs torch, and a sweep of graph files does not import it). Every solve of every target goes to one runner:
 local worker processes (`--workers`, default one per CPU) or Ray (`--ray ADDRESS`).
 """
@@ -25,10 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.errors import CaptureError, InvalidGraph
-from checkmate.graph import Graph
-from checkmate.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
-from checkmate.sweep import SweepRow, SweepTask, budget_grid, rows_from_json, rows_to_json, run_tasks, sweep_tasks
-from checkmate.tables import (
+from checkmate.experiments.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
+from checkmate.experiments.sweep import (
+    SweepRow,
+    SweepTask,
+    budget_grid,
+    rows_from_json,
+    rows_to_json,
+    run_tasks,
+    sweep_tasks,
+)
+from checkmate.experiments.tables import (
     OPTIMAL,
     approximation_ratios,
     format_solve_times,
@@ -36,6 +44,7 @@ from checkmate.tables import (
     format_table2,
     solve_times,
 )
+from checkmate.graph import Graph
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -72,7 +81,7 @@ def run_sweep(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
         arguments.out.write_text(rows_to_json(rows))
         print(f"rows written to {arguments.out}")
     if arguments.plot is not None:
-        from checkmate.plots import plot_sweep
+        from checkmate.experiments.plots import plot_sweep
 
         print(f"plot written to {plot_sweep(rows, arguments.plot, title=', '.join(graphs))}")
     return 0
@@ -113,8 +122,8 @@ def capture_target(target: str, batch_size: int | None) -> tuple[str, Graph]:
     factory's own default), with the flops cost model on fake tensors; returns its name ("vgg16_b256") and graph."""
     spec = "checkmate.zoo:" + target.removeprefix(ZOO_PREFIX) if target.startswith(ZOO_PREFIX) else target
     try:
-        from checkmate.capture.cli import load_factory
-        from checkmate.capture.fake_factory import fake_graph_at
+        from checkmate.torch_capture.cli import load_factory
+        from checkmate.torch_capture.fake_factory import fake_graph_at
     except ImportError as error:
         raise CaptureError(f"capturing {target} needs torch ({error}): pip install 'checkmate-remat[torch]'") from None
     factory = load_factory(spec)

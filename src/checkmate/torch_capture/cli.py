@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkmate.capture import capture
 from checkmate.errors import CaptureError
+from checkmate.torch_capture import capture
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from checkmate.experiments.sweep import SweepRow
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import lower
-from checkmate.sweep import SweepRow
 
 _MEBIBYTE = 2**20
 _GIBIBYTE = 2**30

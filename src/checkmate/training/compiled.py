@@ -25,7 +25,6 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate import plan_cache
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
@@ -35,7 +34,9 @@ from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
-from checkmate.step_report import StepReport
+from checkmate.torch_capture import capture
+from checkmate.training import plan_cache
+from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,6 @@ def compile(
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
-    from checkmate.capture import capture
-
     captured = capture(model, loss_fn, batch, **settings.capture_options)
     no_remat = solve(captured.graph, None, method="checkpoint_all")
     budget = resolve_budget(settings.budget, no_remat.peak_memory)

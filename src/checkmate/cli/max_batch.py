@@ -4,9 +4,9 @@
 
 TARGET is a factory `MODULE:FACTORY` (`zoo:NAME` is short for `checkmate.zoo:NAME`) called with `batch_size`, and
 `--factory-option KEY=VALUE` for its other arguments (`width=0.25`); it is captured on fake tensors at each size
-tried (`checkmate.batch_search`). Methods run in the order given, each starting its search at the largest batch
-size found so far. While one searches, a status line on stderr (a terminal only) shows the size being tried and
-the solver's phase; each method's row is printed when it finishes.
+tried (`checkmate.experiments.batch_search`). Methods run in the order given, each starting its search at the
+largest batch size found so far. While one searches, a status line on stderr (a terminal only) shows the size
+being tried and the solver's phase; each method's row is printed when it finishes.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkmate.batch_search import REFERENCE, MaxBatch, search_max_batch
-from checkmate.compare import accepted_options
+from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, InfeasibleBudget
-from checkmate.progress_display import ProgressDisplay
+from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
+from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
 from checkmate.units import format_bytes, parse_bytes
 
@@ -41,8 +41,8 @@ class MaxBatchRow:
 def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
     """Search each method's largest batch size for the target and print the table; returns 0."""
     try:
-        from checkmate.capture.cli import load_factory
-        from checkmate.capture.fake_factory import fake_graph_at
+        from checkmate.torch_capture.cli import load_factory
+        from checkmate.torch_capture.fake_factory import fake_graph_at
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
         raise CheckmateError(f"max-batch needs capture, which is unavailable ({error}){hint}") from None

@@ -29,7 +29,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from checkmate.capture.sizes import tensors_of
+from checkmate.torch_capture.sizes import tensors_of
 
 log = logging.getLogger(__name__)
 

@@ -17,21 +17,19 @@ Stages, each a function of the previous one's output:
 from __future__ import annotations
 
 import logging
-import sys
 import time
-import types
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from checkmate.capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
-from checkmate.capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
-from checkmate.capture.layout import Layout, build_layout
-from checkmate.capture.merge import merge_groups
-from checkmate.capture.trace import LossFunction, Trace, flatten_batch, trace_step
 from checkmate.captured import Captured
+from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
+from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
+from checkmate.torch_capture.layout import Layout, build_layout
+from checkmate.torch_capture.merge import merge_groups
+from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +108,7 @@ def _per_op_costs(
         return unit_per_op(groups)
     if cost_model == "flops":
         return flops_per_op(trace.module, find_owners(trace.module.graph).allocating)
-    from checkmate.capture.profile import profile_per_op
+    from checkmate.torch_capture.profile import profile_per_op
 
     state = dict(model.named_parameters()) | dict(model.named_buffers())
     inputs = [state[name] for name in (*trace.parameter_names, *trace.buffer_names)]
@@ -128,13 +126,3 @@ def _layout(trace: Trace, groups: list[list[str]], per_op: dict[str, float], opt
         gradients=frozenset(name for name in trace.gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
     )
-
-
-class _CallableModule(types.ModuleType):
-    """`import checkmate.capture` replaces the lazy `checkmate.capture` function by this module; keep it callable."""
-
-    def __call__(self, model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], **options: Any) -> Captured:
-        return capture(model, loss_fn, batch, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule

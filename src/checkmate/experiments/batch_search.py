@@ -18,7 +18,7 @@ the forward nodes); 1.0 is the paper's "at most one extra forward pass". It is c
 ratio, so that it means the same under every cost model.
 
 The search itself (`search_max_batch`) takes any `graph_at(batch_size) -> Graph` and imports no torch; `max_batch`
-builds that function from a model factory with `checkmate.capture.fake_factory` (torch).
+builds that function from a model factory with `checkmate.torch_capture.fake_factory` (torch).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def max_batch(
         InfeasibleBudget: not even batch size 1 fits; raise `memory`.
         CaptureError: the factory's step cannot be captured.
     """
-    from checkmate.capture.fake_factory import fake_graph_at
+    from checkmate.torch_capture.fake_factory import fake_graph_at
 
     graph_at = fake_graph_at(factory, cost_model=cost_model, **(factory_options or {}))
     return search_max_batch(

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from checkmate.capture.grouping import find_owners
-from checkmate.capture.strides import conform_layout, traced_stride
+from checkmate.torch_capture.grouping import find_owners
+from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from checkmate.capture import capture
 from checkmate.errors import CaptureError
 from checkmate.graph import Graph
+from checkmate.torch_capture import capture
 
 # "profile" times ops on real tensors, which a fake factory does not have.
 FAKE_COST_MODELS = ("flops", "unit")

@@ -1,9 +1,10 @@
 """Budget sweeps: every method at a range of budgets, the paper's overhead-against-memory comparison (its Figure 5).
 
 A sweep is a list of independent solves, `SweepTask`s (one graph, budget and method each), each turned into a
-`SweepRow` by `solve_task`; a `checkmate.parallel` runner decides where they run (this process by default, worker
-processes or a Ray cluster on request). Rows of several models can share one runner, and they save to and load from
-JSON (`rows_to_json`, `rows_from_json`). `checkmate.tables` turns rows into the paper's Table 2.
+`SweepRow` by `solve_task`; a `checkmate.experiments.parallel` runner decides where they run (this process by
+default, worker processes or a Ray cluster on request). Rows of several models can share one runner, and they save
+to and load from JSON (`rows_to_json`, `rows_from_json`). `checkmate.experiments.tables` turns rows into the
+paper's Table 2.
 
     rows = sweep(graph, budget_grid(graph, 8), ["chen_greedy", "optimal"], options={"time_limit": 30})
 """
@@ -20,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from checkmate.compare import REFERENCE, accepted_options
 from checkmate.errors import CheckmateError, InfeasibleBudget
+from checkmate.experiments.compare import REFERENCE, accepted_options
+from checkmate.experiments.parallel import LocalRunner, Runner
 from checkmate.graph import Graph
 from checkmate.milp.formulation import build_index
 from checkmate.milp.scaling import memory_scale
-from checkmate.parallel import LocalRunner, Runner
 from checkmate.solve import solve
 from checkmate.strategies.feasibility import minimum_budget
 from checkmate.strategies.registry import get_strategy, strategies
@@ -191,7 +192,7 @@ def sweep(
         options: options for the methods that take them (time_limit, ...); each method gets the ones it takes.
             They travel to the workers, so no callbacks (progress shows through `on_row`).
         model: the name the rows carry.
-        runner: where the solves run (`checkmate.parallel`); default one by one in this process.
+        runner: where the solves run (`checkmate.experiments.parallel`); default one by one in this process.
         on_row: called with each row as it finishes.
 
     Returns:

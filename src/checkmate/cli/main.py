@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from checkmate.compare import REFERENCE, accepted_options, compare, format_table
+from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, InvalidGraph
+from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.graph import Graph
-from checkmate.progress_display import ProgressDisplay
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
 from checkmate.units import format_bytes, parse_budget, resolve_budget
@@ -233,7 +233,7 @@ def _solve(arguments: argparse.Namespace) -> int:
         arguments.out.write_text(plan.to_json())
         print(f"plan written to {arguments.out}")
     if arguments.plot is not None:
-        from checkmate.plots import plot_memory
+        from checkmate.experiments.plots import plot_memory
 
         print(f"plot written to {plot_memory(graph, [plan, reference], arguments.plot, budget=plan.budget)}")
     return 0
@@ -259,20 +259,20 @@ def _compare(arguments: argparse.Namespace) -> int:
 
 
 def _sweep(arguments: argparse.Namespace) -> int:
-    from checkmate.sweep_cli import run_sweep
+    from checkmate.cli.sweep import run_sweep
 
     return run_sweep(arguments, _method_options(arguments))
 
 
 def _table2(arguments: argparse.Namespace) -> int:
-    from checkmate.sweep_cli import run_table2
+    from checkmate.cli.sweep import run_table2
 
     return run_table2(arguments)
 
 
 def _capture(arguments: argparse.Namespace) -> int:
     try:
-        from checkmate.capture.cli import run_capture
+        from checkmate.torch_capture.cli import run_capture
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
         raise CheckmateError(f"capture is unavailable ({error}){hint}") from None
@@ -281,6 +281,6 @@ def _capture(arguments: argparse.Namespace) -> int:
 
 
 def _max_batch(arguments: argparse.Namespace) -> int:
-    from checkmate.batch_search_cli import run_max_batch
+    from checkmate.cli.max_batch import run_max_batch
 
     return run_max_batch(arguments, _method_options(arguments))

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate.capture.model_state import ModelState, distinct_state, parameters_without_gradient
-from checkmate.capture.trace_errors import explain_trace_error
-from checkmate.capture.tracing_context import tracing_ahead_of_time
 from checkmate.errors import CaptureError
+from checkmate.torch_capture.model_state import ModelState, distinct_state, parameters_without_gradient
+from checkmate.torch_capture.trace_errors import explain_trace_error
+from checkmate.torch_capture.tracing_context import tracing_ahead_of_time
 
 log = logging.getLogger(__name__)
 

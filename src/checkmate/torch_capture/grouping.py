@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from checkmate.capture.sizes import StorageKey, StorageTable, storage_table
+from checkmate.torch_capture.sizes import StorageKey, StorageTable, storage_table
 
 log = logging.getLogger(__name__)
 

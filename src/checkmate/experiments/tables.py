@@ -1,4 +1,5 @@
-"""Tables over sweep rows (`checkmate.sweep.SweepRow`): overhead per budget, the paper's Table 2, and solve times.
+"""Tables over sweep rows (`checkmate.experiments.sweep.SweepRow`): overhead per budget, the paper's Table 2, and
+solve times.
 
 * `format_sweep`: per model, one line per budget and one column per method, the overhead against checkpoint_all
   ("-" where the method has no plan, "*" where the plan is proven optimal).
@@ -15,8 +16,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checkmate.compare import REFERENCE
-from checkmate.sweep import SweepRow
+from checkmate.experiments.compare import REFERENCE
+from checkmate.experiments.sweep import SweepRow
 from checkmate.units import format_bytes
 
 OPTIMAL = "optimal"

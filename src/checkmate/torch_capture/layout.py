@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from checkmate.capture.grouping import find_owners
-from checkmate.capture.sizes import StorageKey, StorageTable
 from checkmate.captured import last_uses
 from checkmate.errors import CaptureError
 from checkmate.graph import Graph, Node
+from checkmate.torch_capture.grouping import find_owners
+from checkmate.torch_capture.sizes import StorageKey, StorageTable
 
 log = logging.getLogger(__name__)
 
