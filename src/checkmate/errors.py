@@ -7,6 +7,11 @@ class CheckmateError(Exception):
     """Base class of every error this package raises on purpose."""
 
 
+class InvalidArgument(CheckmateError, ValueError):
+    """An argument the caller can fix: a budget or size that does not parse, an unknown method, an option the method
+    does not take, a command-line value out of range."""
+
+
 class InvalidGraph(CheckmateError, ValueError):
     """The graph is malformed: a cycle, a forward reference, a negative size, bad JSON."""
 
@@ -52,3 +57,9 @@ class DataParallelError(CheckmateError, ValueError):
 
 class RunnerUnavailable(CheckmateError, RuntimeError):
     """Parallel work cannot start: Ray is not installed, or the cluster at the address given cannot be reached."""
+
+
+# What a method may answer instead of a plan, and a comparison reports as a row: no plan within the budget, a graph of
+# a shape it does not handle, a solver that is not installed. Anything else (an invalid schedule above all) is a bug
+# and propagates.
+EXPECTED_FAILURES: tuple[type[CheckmateError], ...] = (InfeasibleBudget, MethodNotApplicable, SolverUnavailable)

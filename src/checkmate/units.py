@@ -7,6 +7,8 @@ import math
 import numbers
 import re
 
+from checkmate.errors import InvalidArgument
+
 _UNITS = {
     "": 1,
     "b": 1,
@@ -32,16 +34,16 @@ def parse_bytes(value: int | float | str) -> int:
         ValueError: for negative numbers, unknown units or text that is not a size.
     """
     if isinstance(value, bool):
-        raise ValueError(f"a size must be bytes or a string like '512MiB', got {value!r}")
+        raise InvalidArgument(f"a size must be bytes or a string like '512MiB', got {value!r}")
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"a size must be a finite number of bytes >= 0, got {value!r}")
+            raise InvalidArgument(f"a size must be a finite number of bytes >= 0, got {value!r}")
         return int(value)
     if not isinstance(value, str):
-        raise ValueError(f"a size must be bytes or a string like '512MiB', got {type(value).__name__}")
+        raise InvalidArgument(f"a size must be bytes or a string like '512MiB', got {type(value).__name__}")
     match = _PATTERN.match(value)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ValueError(
+        raise InvalidArgument(
             f"cannot read {value!r} as a size: write bytes, or a number with B, KB, MB, GB, KiB, MiB or GiB"
         )
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
@@ -61,39 +63,39 @@ def parse_budget(value: int | float | str) -> int | float:
         ValueError: for 0, negative budgets, a fraction above 1 that is not whole bytes, or text that is no budget.
     """
     if isinstance(value, bool):
-        raise ValueError(f"a budget must be {_BUDGET_FORMS}; got {value!r}")
+        raise InvalidArgument(f"a budget must be {_BUDGET_FORMS}; got {value!r}")
     if isinstance(value, numbers.Integral):
         return _positive_bytes(int(value), value)
     if isinstance(value, float):
         if not math.isfinite(value) or value <= 0 or value > 1:
-            raise ValueError(
+            raise InvalidArgument(
                 f"a float budget is a fraction of the no-remat peak and must lie in (0, 1], got {value}: "
                 "pass bytes as an int or a string such as '8GiB'"
             )
         return value
     if not isinstance(value, str):
-        raise ValueError(f"a budget must be {_BUDGET_FORMS}; got {type(value).__name__}")
+        raise InvalidArgument(f"a budget must be {_BUDGET_FORMS}; got {type(value).__name__}")
     text = value.strip()
     if text.startswith("-"):
-        raise ValueError(f"a budget must be more than 0 bytes, got {value!r}")
+        raise InvalidArgument(f"a budget must be more than 0 bytes, got {value!r}")
     if _WHOLE.match(text):
         return _positive_bytes(int(text), value)
     if _NUMBER.match(text):
         number = float(text)
         if not math.isfinite(number) or number <= 0:
-            raise ValueError(f"a budget must be more than 0 bytes, got {value!r}")
+            raise InvalidArgument(f"a budget must be more than 0 bytes, got {value!r}")
         if number <= 1:
             return number
         if number.is_integer():
             return int(number)
-        raise ValueError(
+        raise InvalidArgument(
             f"budget {value!r} is neither a fraction in (0, 1] of the no-remat peak nor a whole number of bytes; "
             f"write {_BUDGET_FORMS}"
         )
     try:
         size = parse_bytes(text)
     except ValueError:
-        raise ValueError(f"cannot read {value!r} as a budget: write {_BUDGET_FORMS}") from None
+        raise InvalidArgument(f"cannot read {value!r} as a budget: write {_BUDGET_FORMS}") from None
     return _positive_bytes(size, value)
 
 
@@ -105,7 +107,7 @@ def resolve_budget(value: int | float | str, no_remat_peak: int) -> int:
 
 def _positive_bytes(size: int, value: object) -> int:
     if size <= 0:
-        raise ValueError(f"a budget must be more than 0 bytes, got {value!r}")
+        raise InvalidArgument(f"a budget must be more than 0 bytes, got {value!r}")
     return size
 
 

@@ -1,5 +1,5 @@
-"""The `checkmate` command line: `main` dispatches to the subcommands (see `checkmate.cli.main`)."""
+"""The `checkmate` command line: `main` dispatches to the subcommands (see `checkmate.cli.commands`)."""
 
-from checkmate.cli.main import main
+from checkmate.cli.commands import main
 
 __all__ = ["main"]

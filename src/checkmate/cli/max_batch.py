@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkmate.cli.progress_display import ProgressDisplay
-from checkmate.errors import CheckmateError, InfeasibleBudget
+from checkmate.errors import CheckmateError, InfeasibleBudget, InvalidArgument
 from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
 from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
@@ -80,7 +80,7 @@ def factory_options(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, separator, text = item.partition("=")
         if not separator or not key:
-            raise ValueError(f"--factory-option {item!r} must look like KEY=VALUE")
+            raise InvalidArgument(f"--factory-option {item!r} must look like KEY=VALUE")
         try:
             parsed[key] = json.loads(text)
         except json.JSONDecodeError:

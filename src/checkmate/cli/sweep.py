@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkmate.errors import CaptureError, InvalidGraph
+from checkmate.errors import CaptureError, InvalidArgument, InvalidGraph
 from checkmate.experiments.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
 from checkmate.experiments.sweep import (
     SweepRow,
@@ -57,7 +57,7 @@ def run_sweep(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
     """Sweep every target over `arguments.points` budgets with every method asked, print the tables, and write
     the rows (`--out`) and the plot (`--plot`); returns 0."""
     if arguments.budget is not None:
-        raise ValueError("sweep chooses its own budgets; use --points instead of --budget")
+        raise InvalidArgument("sweep chooses its own budgets; use --points instead of --budget")
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     graphs = load_targets(arguments.targets, arguments.batch_size)
     runner = make_runner(arguments.workers, arguments.ray)
@@ -103,16 +103,16 @@ def load_targets(targets: list[str], batch_size: int | None) -> dict[str, Graph]
     for target in targets:
         if target.endswith(GRAPH_SUFFIXES) or Path(target).is_file():
             if batch_size is not None:
-                raise ValueError(f"--batch-size applies to models (MODULE:FACTORY); {target} is a graph file")
+                raise InvalidArgument(f"--batch-size applies to models (MODULE:FACTORY); {target} is a graph file")
             name, graph = _graph_name(Path(target)), _read_graph(Path(target))
         elif ":" in target:
             name, graph = capture_target(target, batch_size)
         else:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{target!r} is neither a graph file (.json, .json.gz) nor a model MODULE:FACTORY (zoo:NAME)"
             )
         if name in graphs:
-            raise ValueError(f"two targets are named {name!r}; sweep each under its own name")
+            raise InvalidArgument(f"two targets are named {name!r}; sweep each under its own name")
         graphs[name] = graph
     return graphs
 

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from checkmate.errors import InvalidGraph
+from checkmate.errors import InvalidArgument, InvalidGraph
 from checkmate.graph import Graph
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Partition:
 def choose_partition(graph: Graph, max_blocks: int) -> Partition:
     """Merge neighbouring nodes greedily (see the module doc) until at most `max_blocks` blocks remain."""
     if max_blocks < 1:
-        raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
+        raise InvalidArgument(f"max_blocks must be at least 1, got {max_blocks}")
     starts = list(range(graph.size))
     stops = [index + 1 for index in range(graph.size)]
     costs = [float(cost) for cost in graph.costs]

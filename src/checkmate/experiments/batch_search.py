@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkmate.bounds import activation_floor
-from checkmate.errors import InfeasibleBudget
+from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import Progress, ProgressCallback
@@ -187,11 +187,11 @@ def search_max_batch(
     budget = parse_bytes(memory)
     get_strategy(method)
     if not 1 <= start <= limit:
-        raise ValueError(f"start must lie in [1, limit={limit}], got {start}")
+        raise InvalidArgument(f"start must lie in [1, limit={limit}], got {start}")
     if max_overhead is not None and max_overhead < 0:
-        raise ValueError(f"max_overhead is extra forward passes and must be >= 0, got {max_overhead}")
+        raise InvalidArgument(f"max_overhead is extra forward passes and must be >= 0, got {max_overhead}")
     if tolerance < 0:
-        raise ValueError(f"tolerance is a fraction of the batch size and must be >= 0, got {tolerance}")
+        raise InvalidArgument(f"tolerance is a fraction of the batch size and must be >= 0, got {tolerance}")
     search = _Search(graph_at, budget, method, max_overhead, progress, solve_options)
     fits, fails = search.bracket(start, limit)
     if fails <= limit and search.floor(fails) > budget:

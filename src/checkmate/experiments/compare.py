@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from checkmate.errors import CheckmateError
+from checkmate.errors import EXPECTED_FAILURES
 from checkmate.graph import Graph
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, option_names, strategies
@@ -78,7 +78,7 @@ def _run(graph: Graph, budget: int | None, method: str, *, options: dict[str, An
     started = time.perf_counter()
     try:
         plan = solve(graph, budget, method=method, **accepted)
-    except (CheckmateError, ValueError) as error:
+    except EXPECTED_FAILURES as error:
         log.info("%s failed: %s", method, error)
         return ComparisonRow(method, None, None, None, time.perf_counter() - started, "error", str(error))
     overhead = plan.cost / reference if reference > 0 else None

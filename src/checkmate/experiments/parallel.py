@@ -21,7 +21,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from checkmate.errors import RunnerUnavailable
+from checkmate.errors import InvalidArgument, RunnerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class LocalRunner:
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
+            raise InvalidArgument(f"workers must be at least 1, got {self.workers}")
 
     def map(
         self, function: Callable[[T], R], tasks: Sequence[T], on_result: Callable[[R], None] | None = None
@@ -144,7 +144,7 @@ def make_runner(workers: int | None = None, ray_address: str | None = None) -> R
     """The runner the command line asks for: Ray at `ray_address` when one is given, else local processes."""
     if ray_address is not None:
         if workers is not None:
-            raise ValueError("--workers sets local processes; with --ray the cluster's CPUs decide, leave it out")
+            raise InvalidArgument("--workers sets local processes; with --ray the cluster's CPUs decide, leave it out")
         return RayRunner(ray_address)
     return LocalRunner(workers)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from checkmate.errors import CheckmateError, InfeasibleBudget
+from checkmate.errors import EXPECTED_FAILURES, InfeasibleBudget, InvalidArgument
 from checkmate.experiments.compare import REFERENCE, accepted_options
 from checkmate.experiments.parallel import LocalRunner, Runner
 from checkmate.graph import Graph
@@ -104,7 +104,7 @@ def solve_task(task: SweepTask) -> SweepRow:
     started = time.perf_counter()
     try:
         plan = solve(task.graph, task.budget, method=task.method, **task.options)
-    except (CheckmateError, ValueError) as error:
+    except EXPECTED_FAILURES as error:
         log.info("%s %s at %d bytes: %s", task.model, task.method, task.budget, error)
         return SweepRow(
             task.model,
@@ -142,7 +142,7 @@ def budget_grid(graph: Graph, points: int) -> list[int]:
     graphs of up to 200 nodes a MILP minimising the peak for up to 10 s), so every budget has at least one plan.
     """
     if points < 2:
-        raise ValueError(f"a sweep needs at least 2 budgets, got {points}")
+        raise InvalidArgument(f"a sweep needs at least 2 budgets, got {points}")
     top = solve(graph, None, method=REFERENCE).peak_memory
     bottom = min(minimum_budget(graph).upper or top, top)
     return sorted({int(budget) for budget in np.linspace(bottom, top, points).round()})
@@ -239,4 +239,4 @@ def rows_from_json(text: str) -> list[SweepRow]:
         return [SweepRow(**item) for item in data]
     except (json.JSONDecodeError, TypeError) as error:
         advice = "write one with `checkmate sweep ... --out rows.json`"
-        raise ValueError(f"not a list of sweep rows ({error}); {advice}") from None
+        raise InvalidArgument(f"not a list of sweep rows ({error}); {advice}") from None

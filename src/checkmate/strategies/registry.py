@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from checkmate.errors import InvalidArgument
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 
@@ -52,7 +53,7 @@ def get_strategy(name: str) -> Strategy:
         return _STRATEGIES[name]
     except KeyError:
         known = ", ".join(_STRATEGIES)
-        raise ValueError(f"unknown method {name!r}; choose one of: {known}") from None
+        raise InvalidArgument(f"unknown method {name!r}; choose one of: {known}") from None
 
 
 def option_names(name: str) -> tuple[str, ...] | None:
@@ -69,5 +70,5 @@ def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str
     unknown = sorted(set(options) - set(known)) if known is not None else []
     if unknown:
         takes = ", ".join(known) if known else "none"
-        raise ValueError(f"method {name!r} takes no option {unknown[0]!r}; the options it takes: {takes}")
+        raise InvalidArgument(f"method {name!r} takes no option {unknown[0]!r}; the options it takes: {takes}")
     return get_strategy(name).function(graph, budget, **options)

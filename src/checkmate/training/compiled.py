@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
-from checkmate.errors import ExecutionError
+from checkmate.errors import ExecutionError, InvalidArgument
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.execute.interpreter import Program, prepare, run_schedule
 from checkmate.execute.memory import measure_peak, step_baseline
@@ -126,7 +126,7 @@ def compile(
         >>> loss = step(x, y)
     """
     if measure_memory not in MEASURE_CHOICES:
-        raise ValueError(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
+        raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
     if method in TIMED_METHODS:
         solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
     settings = Settings(

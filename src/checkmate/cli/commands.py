@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.cli.progress_display import ProgressDisplay
-from checkmate.errors import CheckmateError, InvalidGraph
+from checkmate.errors import CheckmateError, ExecutionError, InvalidArgument, InvalidGraph, InvalidSchedule
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.graph import Graph
 from checkmate.solve import solve
@@ -46,7 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     try:
         status: int = arguments.command(arguments)
-    except (CheckmateError, ValueError, OSError) as error:
+    except (InvalidSchedule, ExecutionError):
+        raise  # a broken plan or run is a bug, not a usage error: its traceback is the report
+    except (CheckmateError, OSError) as error:
         print(f"checkmate {arguments.command_name}: error: {error}", file=sys.stderr)
         return USAGE_ERROR
     return status
@@ -173,7 +175,7 @@ def _method_options(arguments: argparse.Namespace) -> dict[str, Any]:
     for item in arguments.option:
         key, separator, text = item.partition("=")
         if not separator or not key:
-            raise ValueError(f"--option {item!r} must look like KEY=VALUE")
+            raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE")
         try:
             options[key] = json.loads(text)
         except json.JSONDecodeError:
