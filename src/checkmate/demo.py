@@ -106,17 +106,27 @@ def _eager_step(model: nn.Module, loss_fn: Callable[..., torch.Tensor], batch: S
     return loss.detach()
 
 
-def _largest_difference(model: nn.Module, reference: nn.Module) -> float:
+def _largest_difference(model: nn.Module, reference: nn.Module) -> tuple[float, list[str]]:
+    """The largest difference of any `.grad` or buffer from the reference's, and the parameters whose `.grad` is set
+    on one side only (a difference no number shows)."""
+    pairs = list(zip(model.named_parameters(), reference.named_parameters(), strict=True))
+    one_sided = [name for (name, got), (_, want) in pairs if (got.grad is None) != (want.grad is None)]
     differences = [
         (got.grad - want.grad).abs().max().item()
-        for got, want in zip(model.parameters(), reference.parameters(), strict=True)
+        for (_, got), (_, want) in pairs
         if want.grad is not None and got.grad is not None
     ]
     differences += [
         (got.float() - want.float()).abs().max().item()
         for got, want in zip(model.buffers(), reference.buffers(), strict=True)
     ]
-    return max(differences, default=0.0)
+    return max(differences, default=0.0), one_sided
+
+
+def _verdict(difference: float, one_sided: list[str]) -> str:
+    if one_sided:
+        return f"DIFFER from eager: .grad set on one side only for {', '.join(one_sided)}"
+    return "bit-identical to eager" if difference == 0.0 else f"max difference from eager {difference:.3g}"
 
 
 def _train(
@@ -128,8 +138,8 @@ def _train(
         loss = step(*batch)
         torch.manual_seed(number)
         expected = _eager_step(reference, step.loss_fn, batch)
-        difference = max(_largest_difference(step.model, reference), (loss - expected).abs().item())
-        verdict = "bit-identical to eager" if difference == 0.0 else f"max difference from eager {difference:.3g}"
+        difference, one_sided = _largest_difference(step.model, reference)
+        verdict = _verdict(max(difference, (loss - expected).abs().item()), one_sided)
         print(f"  step {number}: loss {loss.item():.5f} (eager {expected.item():.5f}); gradients and buffers {verdict}")
         for optimizer in optimizers:
             optimizer.step()

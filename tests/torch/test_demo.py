@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import copy
 
-from checkmate import demo
+import pytest
+import torch
+
+from checkmate import demo, zoo
+from checkmate.units import parse_bytes
 
 
 def test_demo_trains_bit_identical_to_eager_and_reports_measured_figures(
@@ -16,3 +20,21 @@ def test_demo_trains_bit_identical_to_eager_and_reports_measured_figures(
     assert out.count("gradients and buffers bit-identical to eager") == 2
     for label in ("planned peak", "measured peak", "eager peak", "measured overhead", "against eager"):
         assert label in out, f"the report lacks {label!r}:\n{out}"
+    figures = {line[:19].strip(): line[19:].split()[:2] for line in out.splitlines() if line[:19].strip()}
+    names = ("planned peak", "measured peak", "budget")
+    planned, measured, budget = (parse_bytes("".join(figures[name])) for name in names)
+    assert 0.8 * planned <= measured <= planned <= budget, figures
+
+
+def test_the_verdict_flags_a_gradient_set_on_one_side_only() -> None:
+    """A `.grad` that is None in one model and set in the other is a difference no number shows."""
+    model, _, _ = zoo.mlp(batch_size=2)
+    reference = copy.deepcopy(model)
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    for parameter in list(reference.parameters())[1:]:
+        parameter.grad = torch.zeros_like(parameter)
+    difference, one_sided = demo._largest_difference(model, reference)
+    assert difference == 0.0 and one_sided == ["0.weight"]
+    assert "one side only for 0.weight" in demo._verdict(difference, one_sided)
+    assert demo._verdict(0.0, []) == "bit-identical to eager"
