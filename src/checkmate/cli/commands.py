@@ -24,14 +24,14 @@ goes on with the best plan found so far (a second Ctrl-C aborts).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
-from checkmate.errors import CheckmateError, ExecutionError, InvalidArgument, InvalidGraph, InvalidSchedule
+from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, InvalidSchedule
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.graph import Graph
 from checkmate.solve import solve
@@ -171,15 +171,7 @@ def _solver_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _method_options(arguments: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in arguments.option:
-        key, separator, text = item.partition("=")
-        if not separator or not key:
-            raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            options[key] = text
+    options = key_values(arguments.option, "--option")
     if arguments.time_limit is not None:
         options["time_limit"] = arguments.time_limit
     return options

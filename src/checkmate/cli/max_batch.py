@@ -12,13 +12,13 @@ being tried and the solver's phase; each method's row is printed when it finishe
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
-from checkmate.errors import CheckmateError, InfeasibleBudget, InvalidArgument
+from checkmate.errors import CheckmateError, InfeasibleBudget
 from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
 from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
@@ -53,7 +53,7 @@ def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int
     target = arguments.target
     spec = "checkmate.zoo:" + target.removeprefix(ZOO_PREFIX) if target.startswith(ZOO_PREFIX) else target
     graph_at = fake_graph_at(
-        load_factory(spec), cost_model=arguments.cost_model, **factory_options(arguments.factory_option)
+        load_factory(spec), cost_model=arguments.cost_model, **key_values(arguments.factory_option, "--factory-option")
     )
     cap = (
         "no cap on overhead"
@@ -72,20 +72,6 @@ def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int
         f"forward passes, what --max-overhead caps; vs {REFERENCE}: max batch over {REFERENCE}'s)"
     )
     return 0
-
-
-def factory_options(items: Sequence[str]) -> dict[str, Any]:
-    """KEY=VALUE pairs as keyword arguments, each VALUE read as JSON when it parses, else as text."""
-    parsed: dict[str, Any] = {}
-    for item in items:
-        key, separator, text = item.partition("=")
-        if not separator or not key:
-            raise InvalidArgument(f"--factory-option {item!r} must look like KEY=VALUE")
-        try:
-            parsed[key] = json.loads(text)
-        except json.JSONDecodeError:
-            parsed[key] = text
-    return parsed
 
 
 def _search(
