@@ -85,12 +85,14 @@ def test_half_budget_is_clearly_below_eager() -> None:
 def test_new_shape_is_replanned_or_refused() -> None:
     model, loss_fn, batch = zoo.mlp(batch_size=8)
     step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
-    first_graph = step.graph
+    first_graph, first_plan = step.graph, step.plan
     smaller = tuple(tensor[:4] for tensor in batch)
     reference = copy.deepcopy(model)
     compare_steps(step, reference, smaller, seed=0, context="replanned batch of 4")
     assert step.graph is not first_graph
     assert step.captured.batch_shapes[0][0] == (4, 32)
+    compare_steps(step, reference, batch, seed=1, context="back to the batch of 8")
+    assert step.graph is first_graph and step.plan is first_plan, "the earlier shape's plan is kept, not redone"
     strict = checkmate.compile(
         model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit", replan=False
     )
