@@ -246,7 +246,7 @@ def render(rows: Sequence[Row], environment: dict[str, Any], *, plot: str | None
         prediction_table(rows),
     ]
     if plot:
-        pareto_plot(rows, plot)
+        pareto_plot(rows, plot, caption=str(environment.get("command", "")))
         parts += ["", f"Plot written to `{plot}`."]
     return "\n".join(parts)
 
@@ -261,8 +261,8 @@ TOOL_STYLE = {
 }
 
 
-def pareto_plot(rows: Sequence[Row], path: str) -> None:
-    """Peak memory against step time, one curve per tool, one panel per model."""
+def pareto_plot(rows: Sequence[Row], path: str, *, caption: str = "") -> None:
+    """Peak memory against step time, one curve per tool, one panel per model; `caption` (the command) below."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -293,6 +293,8 @@ def pareto_plot(rows: Sequence[Row], path: str) -> None:
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(models) :]:
         axis.set_visible(False)
-    figure.tight_layout()
+    if caption:
+        figure.text(0.01, 0.005, caption, fontsize=6, family="monospace", color="dimgray")
+    figure.tight_layout(rect=(0, 0.02 if caption else 0, 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
