@@ -57,9 +57,8 @@ def _loss(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torc
 
 def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, VOCAB, (4, LENGTH), generator=generator),) * 1 + (
-        torch.randint(0, VOCAB, (4, LENGTH), generator=generator),
-    )
+    tokens = torch.randint(0, VOCAB, (4, LENGTH), generator=generator)
+    return tokens, torch.randint(0, VOCAB, (4, LENGTH), generator=generator)
 
 
 def _step_both(step: CompiledStep, reference: nn.Module, batch: tuple[Any, ...], context: str) -> None:

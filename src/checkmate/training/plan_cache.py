@@ -114,8 +114,9 @@ def load_cached(key: str, graph: Graph, *, cost_model: str) -> CachedPlan | None
     if not path.exists():
         return None
     try:
-        plan = read_plan(path, graph, cost_model=cost_model)
-        effort = _effort(json.loads(path.read_text()).get("effort", {}))
+        document = _document(path)
+        plan = _plan_of(document, path, graph, cost_model=cost_model)
+        effort = _effort(document.get("effort", {}))
     except (CheckmateError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
         log.warning("ignoring the cached plan %s: %s", path, error)
         return None
@@ -180,7 +181,15 @@ def read_plan(path: str | os.PathLike[str], graph: Graph, *, cost_model: str) ->
         CheckmateError: the file is not a checkmate plan, or it was made for another graph.
         InvalidSchedule: the plan breaks a constraint on this graph.
     """
-    document = json.loads(Path(path).read_text())
+    return _plan_of(_document(path), path, graph, cost_model=cost_model)
+
+
+def _document(path: str | os.PathLike[str]) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_model: str) -> Plan:
+    """The plan in a document `write_plan` wrote, checked to be for `graph` (see `read_plan`)."""
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckmateError(f"{path} is not a checkmate plan file (format {FORMAT!r})")
     if document["graph"] != graph_fingerprint(graph, cost_model=cost_model):
