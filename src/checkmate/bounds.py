@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
-from checkmate.milp.formulation import decode, encode, encode_solution, moment_usage
+from checkmate.milp.formulation import decode, encode, encode_solution, moment_retained, moment_usage
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.milp.scaling import memory_scale, relaxed_scale
 from checkmate.plan import Plan, make_plan
@@ -36,12 +36,17 @@ class BudgetRange:
 
 
 def activation_floor(graph: Graph) -> int:
-    """Fixed memory plus the largest node together with its inputs and workspace: no schedule peaks lower (instant)."""
+    """The largest first run of a node with its inputs and workspace, beside the fixed memory and what the nodes up to
+    it retain: no schedule peaks lower (instant)."""
     working_sets = [
-        graph.memory[k] + graph.workspace[k] + sum(graph.memory[i] for i in graph.predecessors[k])
+        graph.held_before_stage[k]
+        + graph.retained[k]
+        + graph.memory[k]
+        + graph.workspace[k]
+        + sum(graph.memory[i] for i in graph.predecessors[k])
         for k in range(graph.size)
     ]
-    return graph.fixed_memory + int(max(working_sets, default=0))
+    return int(max(working_sets, default=graph.fixed_memory))
 
 
 def relaxation_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> float | None:
@@ -73,12 +78,12 @@ def peak_range(graph: Graph, start_plan: Plan | None, *, time_limit: float, back
     """
     scale = memory_scale(graph)
     problem, index = encode(graph, np.inf, scale)
-    usage = moment_usage(index)
-    peak_problem = _min_peak_problem(problem, usage)
+    usage, retained = moment_usage(index), moment_retained(index)
+    peak_problem = _min_peak_problem(problem, usage, retained)
     start = None
     if start_plan is not None:
         x = encode_solution(graph, index, start_plan.R, start_plan.S)
-        start = np.append(x, (usage @ x).max())
+        start = np.append(x, (usage @ x + retained).max())
     options = SolveOptions(time_limit=time_limit, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
     upper = None if start_plan is None else start_plan.peak_memory
@@ -92,8 +97,9 @@ def peak_range(graph: Graph, start_plan: Plan | None, *, time_limit: float, back
     return BudgetRange(lower=min(lower, upper) if upper is not None else lower, upper=upper)
 
 
-def _min_peak_problem(problem: MilpProblem, usage: sp.csr_array) -> MilpProblem:
-    """Append a peak variable P >= U[t, k] + W_k R[t, k] (every moment's `usage` row) and minimise P, not the cost."""
+def _min_peak_problem(problem: MilpProblem, usage: sp.csr_array, retained: np.ndarray) -> MilpProblem:
+    """Append a peak variable P >= U[t, k] + W_k R[t, k] + retained(t, k) (every moment's `usage` row and what is
+    retained then) and minimise P, not the cost."""
     n = problem.num_variables
     peak_rows = sp.hstack([usage, sp.csc_array(-np.ones((usage.shape[0], 1)))])
     widened = sp.hstack([problem.A, sp.csc_array((problem.num_constraints, 1))])
@@ -101,7 +107,7 @@ def _min_peak_problem(problem: MilpProblem, usage: sp.csr_array) -> MilpProblem:
         c=np.append(np.zeros(n), 1.0),
         A=sp.csc_array(sp.vstack([widened, peak_rows])),
         row_lower=np.concatenate([problem.row_lower, np.full(usage.shape[0], -np.inf)]),
-        row_upper=np.concatenate([problem.row_upper, np.zeros(usage.shape[0])]),
+        row_upper=np.concatenate([problem.row_upper, -retained]),
         col_lower=np.append(problem.col_lower, 0.0),
         col_upper=np.append(problem.col_upper, np.inf),
         integer=np.append(problem.integer, False),

@@ -31,7 +31,10 @@ class Node:
             of an op that stands for several framework ops. They count in the peak at the moment it runs.
         recompute_workspace: the same when the op is recomputed (a stage after its own); None means `workspace`.
             They differ when the op makes values that leave the step, such as a parameter gradient: the first
-            run's copy is counted in the fixed memory, a recomputation's copy is a temporary.
+            run's copy is counted in the fixed memory (or in `retained`), a recomputation's copy is a temporary.
+        retained: bytes the op's first run leaves alive until the step ends, outside the plan's control: the
+            parameter gradients it makes when `.grad` starts each step empty. They count from the moment the op
+            first runs (its stage) to the end, in every peak; 0 when gradients are in the fixed memory.
     """
 
     name: str
@@ -41,6 +44,7 @@ class Node:
     inputs: tuple[int, ...] = ()
     workspace: int = 0
     recompute_workspace: int | None = None
+    retained: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class Graph:
 
     Attributes:
         nodes: the ops in execution order.
-        fixed_memory: bytes held for the whole step (parameters, gradients, inputs); counted in every peak.
+        fixed_memory: bytes held for the whole step (parameters, inputs, and gradients unless the nodes that make
+            them retain them); counted in every peak.
     """
 
     nodes: tuple[Node, ...]
@@ -88,6 +93,17 @@ class Graph:
         )
 
     @cached_property
+    def retained(self) -> np.ndarray:
+        """int64[n]: bytes each node's first run leaves alive to the end of the step."""
+        return np.array([node.retained for node in self.nodes], dtype=np.int64)
+
+    @cached_property
+    def held_before_stage(self) -> np.ndarray:
+        """int64[n]: bytes outside the plan held throughout stage t until node t first runs: the fixed memory and
+        what nodes 0..t-1 retain. While node t runs in its own stage, and after, add `retained[t]`."""
+        return self.fixed_memory + np.concatenate([[0], np.cumsum(self.retained)[:-1]]).astype(np.int64)
+
+    @cached_property
     def is_backward(self) -> np.ndarray:
         """bool[n]: which nodes belong to the backward pass."""
         return np.array([node.backward for node in self.nodes], dtype=bool)
@@ -117,8 +133,8 @@ class Graph:
     def to_json(self) -> str:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
-        A node's "workspace" is written only when nonzero and "recompute_workspace" only when set, so graphs
-        without them keep the plain shape.
+        A node's "workspace" and "retained" are written only when nonzero and "recompute_workspace" only when
+        set, so graphs without them keep the plain shape.
         """
         return json.dumps(
             {"nodes": [_node_to_dict(node) for node in self.nodes], "fixed_memory": self.fixed_memory}, indent=1
@@ -149,6 +165,8 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
         entry["workspace"] = node.workspace
     if node.recompute_workspace is not None:
         entry["recompute_workspace"] = node.recompute_workspace
+    if node.retained:
+        entry["retained"] = node.retained
     return entry
 
 
@@ -174,6 +192,7 @@ def _node_from_dict(index: int, entry: Any) -> Node:
         inputs=tuple(inputs),
         workspace=_whole_bytes(entry.get("workspace", 0)),
         recompute_workspace=_whole_bytes(entry.get("recompute_workspace")),
+        retained=_whole_bytes(entry.get("retained", 0)),
     )
 
 
@@ -195,7 +214,7 @@ def _validate(graph: Graph) -> None:
             or node.cost < 0
         ):
             raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
-        for field in ("memory", "workspace", "recompute_workspace"):
+        for field in ("memory", "workspace", "recompute_workspace", "retained"):
             value = getattr(node, field)
             if value is None and field == "recompute_workspace":
                 continue

@@ -6,7 +6,8 @@ is freed when k is the last consumer of i computed in stage t and i is not held 
 still live when a stage ends and is not in S[t + 1] is dropped at the stage boundary. The peak is
 the largest live total just after a node is computed, before its dead inputs are freed (U[t, k]),
 plus the node's workspace (bytes it holds only while it runs; its recompute workspace in a stage after
-its own) and the graph's fixed memory.
+its own), the graph's fixed memory, and what nodes retain to the end of the step (`Node.retained`, counted
+from the node's own stage on, the moment it first runs included).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
     T = graph.size
     memory = graph.memory
     workspace, recompute_workspace = graph.workspace, graph.recompute_workspace
+    held_before, retained = graph.held_before_stage, graph.retained
     preds = graph.predecessors
     steps: list[Step] = []
     live = S[0].astype(np.int64)
@@ -123,8 +125,9 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
+            outside = held_before[t] + retained[t] if k == t else held_before[t]
             transient = workspace[k] if k == t else recompute_workspace[k]
-            usage.append(current + graph.fixed_memory + int(transient))
+            usage.append(current + int(outside) + int(transient))
             for i in preds[k]:
                 if last_consumer[i] == k and not held_next[i]:
                     steps.append(Free(i, t))
@@ -150,8 +153,8 @@ def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.nda
 def simulate(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
     """Return (cost, peak_memory) of the plan (R, S); raise InvalidSchedule if it breaks a constraint.
 
-    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory
-    and the workspace of the node running at the peak.
+    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory,
+    what the nodes run so far retain, and the workspace of the node running at the peak.
     """
     schedule = lower(graph, R, S)
     return schedule.cost, schedule.peak_memory

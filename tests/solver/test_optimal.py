@@ -6,7 +6,7 @@ import functools
 
 import pytest
 from exhaustive import cheapest_at, cost_peak_frontier, meets_constraints
-from oracles import paper_cost_and_peak, with_workspace
+from oracles import paper_cost_and_peak, with_retained, with_workspace
 
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph, training_graph
@@ -21,6 +21,7 @@ SMALL = {
     "workspace3": with_workspace(
         training_graph([[], [0], [0, 1]], costs=[2.0, 1.0, 3.0], memory=[2, 3, 1], fixed_memory=4), seed=5
     ),
+    "retained2": with_retained(with_workspace(random_training_graph(2, seed=4, max_memory=5), seed=6), seed=6),
 }
 BACKENDS = [name for name in ("highs", "scip") if name in available_backends()]
 
@@ -81,9 +82,10 @@ def test_no_budget_means_checkpoint_all() -> None:
 
 
 RANDOM_WITH_WORKSPACE = [with_workspace(random_training_graph(2, seed=seed), seed=seed) for seed in (11, 21, 31)]
+RANDOM_WITH_WORKSPACE.append(with_retained(RANDOM_WITH_WORKSPACE[0], seed=11))
 
 
-@pytest.mark.parametrize("graph", RANDOM_WITH_WORKSPACE, ids=["seed11", "seed21", "seed31"])
+@pytest.mark.parametrize("graph", RANDOM_WITH_WORKSPACE, ids=["seed11", "seed21", "seed31", "seed11-retained"])
 def test_optimal_equals_the_independent_optimum_on_random_graphs_with_workspaces(graph: Graph) -> None:
     """Against the exhaustive search priced by the paper's equations (not against the baselines, which `optimal`
     is only guaranteed to match because it starts from them)."""

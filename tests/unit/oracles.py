@@ -14,7 +14,8 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 
     U[t,0] counts the checkpoints S[t]; computing v_k adds R[t,k] M_k; after v_k, its inputs i are freed when
     FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k} (1 - R[t,j]). While v_k runs it also holds
-    its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that.
+    its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that,
+    plus what every node computed at least once so far retains (`Node.retained`, held to the end of the step).
     """
     T = graph.size
     M = [int(m) for m in graph.memory]
@@ -25,6 +26,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     later_users = [[[j for j in graph.users[i] if j > k] for i in graph.predecessors[k]] for k in range(T)]
     cost = float(sum(float(graph.costs[i]) for t in range(T) for i in range(T) if R[t][i]))
     peak = 0
+    ever_computed: set[int] = set()
     for t in range(T):
         held_next = S[t + 1] if t + 1 < T else [False] * T
         usage = sum(M[i] for i in range(T) if S[t][i])
@@ -32,7 +34,9 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
             if not R[t][k]:
                 continue  # FREE[t, i, k] has the factor R[t, k]: nothing is freed after a node not computed
             usage += M[k]
-            peak = max(peak, usage + (W[k] if k == t else W_again[k]))
+            ever_computed.add(k)
+            retained = sum(graph.nodes[j].retained for j in ever_computed)
+            peak = max(peak, usage + retained + (W[k] if k == t else W_again[k]))
             for i, later in zip(graph.predecessors[k], later_users[k], strict=True):
                 if not held_next[i] and not any(R[t][j] for j in later):
                     usage -= M[i]
@@ -41,18 +45,22 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 
 def replay_peak(graph: Graph, steps: tuple) -> int:
     """Replay steps with a plain list of live copies: the peak right after each compute (with that node's
-    workspace, or its recompute workspace when the step's stage is not the node's own), plus fixed memory."""
+    workspace, or its recompute workspace when the step's stage is not the node's own, and what every node computed
+    so far retains), plus fixed memory."""
     live: list[int] = []
+    ever_computed: set[int] = set()
     peak = 0
     for step in steps:
         if type(step).__name__ == "Compute":
             missing = [i for i in graph.predecessors[step.node] if i not in live]
             assert not missing, f"step computes {step.node} while its inputs {missing} are not live"
             live.append(step.node)
+            ever_computed.add(step.node)
             node = graph.nodes[step.node]
             again = node.workspace if node.recompute_workspace is None else node.recompute_workspace
             transient = node.workspace if step.stage == step.node else again
-            peak = max(peak, sum(int(graph.memory[i]) for i in live) + transient)
+            retained = sum(graph.nodes[j].retained for j in ever_computed)
+            peak = max(peak, sum(int(graph.memory[i]) for i in live) + transient + retained)
         else:
             live.remove(step.node)
     assert live == [], f"values still live at the end of the schedule: {live}"
@@ -76,4 +84,13 @@ def with_workspace(graph: Graph, seed: int, largest: int = 6) -> Graph:
         dataclasses.replace(node, workspace=int(w), recompute_workspace=int(a) if d else None)
         for node, w, a, d in zip(graph.nodes, workspace, again, differs, strict=True)
     )
+    return Graph(nodes, fixed_memory=graph.fixed_memory)
+
+
+def with_retained(graph: Graph, seed: int, largest: int = 4) -> Graph:
+    """The same graph with random retained bytes in [1, largest] on about half the backward nodes (gradients held
+    from the node that makes them to the end of the step)."""
+    rng = np.random.default_rng(seed + 1000)
+    retained = rng.integers(1, largest + 1, graph.size) * (rng.random(graph.size) < 0.5) * graph.is_backward
+    nodes = tuple(dataclasses.replace(node, retained=int(r)) for node, r in zip(graph.nodes, retained, strict=True))
     return Graph(nodes, fixed_memory=graph.fixed_memory)

@@ -8,7 +8,8 @@ Block b becomes one node:
 * workspace: what the block holds while it runs beyond its inputs and memory. Replaying the members in order,
   the moment member m runs holds the exported members up to m, the internal members still to be read, and m's own
   workspace; the block's workspace is the largest such moment less its memory. The recompute workspace replays
-  the members' recompute workspaces.
+  the members' recompute workspaces;
+* retained: the sum of its members' (all of it from the block's run, at or before each member's own run).
 
 So the moment a coarse node runs (its inputs, its memory, its workspace) bounds every moment of its members in
 the expanded plan, where inputs are freed after their last member reader and internal values after their last
@@ -73,6 +74,7 @@ def _block_node(graph: Graph, partition: Partition, block: int, exported: np.nda
         inputs=tuple(inputs),
         workspace=max(0, workspace),
         recompute_workspace=max(0, recompute) if recompute != workspace else None,
+        retained=int(graph.retained[members.start : members.stop].sum()),
     )
 
 

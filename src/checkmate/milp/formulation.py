@@ -5,7 +5,9 @@ Variables (only those that can be nonzero are created):
     S[t, i], i < t: node i held into stage t. S is strictly lower triangular (8b).
     For i < t, R[t, i] and S[t, i] exist only when some descendant of i is t or later: otherwise nothing computed
         from i in stage t can reach node t or a checkpoint that is ever used, so an optimal plan can drop it.
-    U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units.
+    U[t, k], k <= t: live units just after node k in stage t (eq. 2, 3); U <= budget, in units. What the nodes run
+        so far retain to the end of the step (`Node.retained`: gradients when `.grad` starts empty) is taken off the
+        budget of each moment: the retained units of nodes before t, and of node t itself from its run (k = t).
         A node k with workspace W_k (bytes it holds only while it runs) adds the row U[t, k] + W_k R[t, k] <= budget
         for each R[t, k]: the moment node k runs holds U[t, k] plus its workspace (not part of the paper). W_k is
         the node's workspace in stage k and its recompute workspace in later stages.
@@ -217,8 +219,15 @@ def moment_usage(index: VariableIndex) -> sp.csr_array:
     )
 
 
+def moment_retained(index: VariableIndex) -> np.ndarray:
+    """float64, one per U[t, k] in column order (the rows of `moment_usage`): the units retained at that moment."""
+    stage, node = np.nonzero(index.U_col >= 0)
+    return index.scale.retained_at(stage, node).astype(np.float64)
+
+
 def _workspace_rows(index: VariableIndex) -> _RowBlock:
-    """U[t, k] + W_k R[t, k] <= budget where node k runs with a workspace (U's upper bound covers the rest)."""
+    """U[t, k] + W_k R[t, k] <= budget - retained(t, k) where node k runs with a workspace (U's upper bound covers
+    the rest)."""
     stage, node, workspace = _running_with_workspace(index)
     row = np.arange(stage.size)
     return _RowBlock(
@@ -226,7 +235,7 @@ def _workspace_rows(index: VariableIndex) -> _RowBlock:
         cols=np.concatenate([index.U_col[stage, node], index.R_col[stage, node]]),
         values=np.concatenate([np.ones(row.size), workspace]),
         lower=np.full(row.size, -np.inf),
-        upper=np.full(row.size, index.budget_units),
+        upper=index.budget_units - index.scale.retained_at(stage, node),
     )
 
 
@@ -346,7 +355,8 @@ def _column_lower(index: VariableIndex, num_vars: int) -> np.ndarray:
 
 def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_backward: bool) -> np.ndarray:
     upper = np.ones(num_vars)
-    upper[index.U_col[index.U_col >= 0]] = index.budget_units  # U[t, k] <= budget
+    stage, node = np.nonzero(index.U_col >= 0)
+    upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
     if not recompute_backward:
         stage, node = np.nonzero(index.R_col >= 0)
         again = (stage > node) & graph.is_backward[node]

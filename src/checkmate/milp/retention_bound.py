@@ -207,7 +207,8 @@ def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarr
 
         M_t + W_t + sum_{j in inputs(t)} M_j + sum_{gaps (i, g) with a < t < b} M_i (1 - x[i, g]) <= capacity,
 
-    capacity = budget - fixed_memory. Valid: node t was just computed (M_t) and runs with its workspace W_t (the
+    capacity = budget - fixed_memory, and what nodes 0..t retain (`Node.retained`) is live then too, in the base.
+    Valid: node t was just computed (M_t) and runs with its workspace W_t (the
     first-run workspace, as the simulator counts it in stage t); each distinct input j is live, being computed
     earlier in stage t or held into it, and freed only after its last consumer in the stage, which is t or later;
     a kept gap (x = 0) with a < t < b holds node i into stage t + 1, so it is live at every moment of stage t.
@@ -218,14 +219,14 @@ def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarr
     Raises InfeasibleBudget when base_t alone exceeds the capacity: then no plan fits.
     """
     T = graph.size
-    base = graph.memory + graph.workspace + inputs_bytes
+    base = graph.memory + graph.workspace + inputs_bytes + np.cumsum(graph.retained)
     if base.max(initial=0) > capacity:
         t = int(np.argmax(base))
         raise _infeasible(
             graph,
             capacity + graph.fixed_memory,
-            f"node {t} ({graph.nodes[t].name!r}) needs {format_bytes(int(base[t]))} with its inputs and workspace "
-            f"beside {format_bytes(graph.fixed_memory)} of fixed memory",
+            f"node {t} ({graph.nodes[t].name!r}) needs {format_bytes(int(base[t]))} with its inputs, workspace and "
+            f"what is retained by then, beside {format_bytes(graph.fixed_memory)} of fixed memory",
         )
     gap, stage = expand_ranges(gaps.a + 1, gaps.b)
     sizes = graph.memory[gaps.node[gap]]
@@ -248,7 +249,8 @@ def _recompute_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.n
         x[i, g] = 1  =>  M_i + W'_i + sum_{j in inputs(i)} M_j + sum_{kept gaps (i', g') with a' <= a, b' >= b,
                          i' not i and not an input of i} M_i' <= capacity,
 
-    W'_i the recompute workspace (s > i). Valid: at that moment node i was just computed and its inputs are live
+    W'_i the recompute workspace (s > i); what nodes 0..a retain is live in every stage s > a, so the base counts
+    it. Valid: at that moment node i was just computed and its inputs are live
     (computed earlier in stage s or held into it, freed only after their last consumer in the stage, which is i
     or later). A kept gap (a', b'] with a' < s <= b' holds i' into stage s; if s < b' it holds it into s + 1 too,
     so i' is live all stage s; if s = b', node b' = s reads i' after i (i < s), so it is not yet freed. Every s in
@@ -259,7 +261,7 @@ def _recompute_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.n
     """
     count = gaps.node.size
     node = gaps.node
-    base = graph.memory[node] + graph.recompute_workspace[node] + inputs_bytes[node]
+    base = graph.memory[node] + graph.recompute_workspace[node] + inputs_bytes[node] + np.cumsum(graph.retained)[gaps.a]
     fixed_zero = base > capacity
     edge_keys = graph.edges[:, 0] * graph.size + graph.edges[:, 1]
     sizes = graph.memory[node]

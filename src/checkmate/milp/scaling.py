@@ -28,6 +28,9 @@ class MemoryScale:
         exact: True when every size and workspace is a whole number of units (no rounding happened).
         workspace: int64[T], each node's workspace in units, rounded up like the sizes.
         recompute_workspace: int64[T], each node's recompute workspace in units, rounded up.
+        retained_before: int64[T], what nodes 0..t-1 retain (`Graph.retained`) in units, rounded up: held in stage t
+            until node t first runs.
+        retained_through: int64[T], the same for nodes 0..t: held from the moment node t first runs.
     """
 
     unit: int
@@ -35,6 +38,12 @@ class MemoryScale:
     exact: bool
     workspace: np.ndarray
     recompute_workspace: np.ndarray
+    retained_before: np.ndarray
+    retained_through: np.ndarray
+
+    def retained_at(self, stage: np.ndarray, node: np.ndarray) -> np.ndarray:
+        """Units retained while node k runs in stage t (k <= t), for arrays of (t, k): node t's own from its run."""
+        return np.where(node == stage, self.retained_through[stage], self.retained_before[stage])
 
     def budget_units(self, budget: int, fixed_memory: int) -> int:
         """The activation budget in units, rounded down: sum(sizes) <= this implies bytes <= budget - fixed."""
@@ -47,28 +56,40 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace])
+    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace, graph.retained])
     positive = amounts[amounts > 0]
     divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
     largest = int(positive.max()) if positive.size else 0
     unit = divisor if largest // divisor <= resolution else math.ceil(largest / resolution)
+    before, through = _retained_bytes(graph)
     return MemoryScale(
         unit=unit,
         sizes=(-(-graph.memory // unit)).astype(np.int64),
         exact=bool(np.all(amounts % unit == 0)),
         workspace=(-(-graph.workspace // unit)).astype(np.int64),
         recompute_workspace=(-(-graph.recompute_workspace // unit)).astype(np.int64),
+        retained_before=(-(-before // unit)).astype(np.int64),
+        retained_through=(-(-through // unit)).astype(np.int64),
     )
+
+
+def _retained_bytes(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """int64[T] twice: bytes retained by nodes before t, and by nodes up to t."""
+    through = np.cumsum(graph.retained).astype(np.int64)
+    return through - graph.retained, through
 
 
 def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
     """Sizes rounded down instead of up: a relaxation whose proven bounds are valid for the byte problem."""
     if scale.exact:
         return scale
+    before, through = _retained_bytes(graph)
     return MemoryScale(
         unit=scale.unit,
         sizes=graph.memory // scale.unit,
         exact=False,
         workspace=graph.workspace // scale.unit,
         recompute_workspace=graph.recompute_workspace // scale.unit,
+        retained_before=before // scale.unit,
+        retained_through=through // scale.unit,
     )

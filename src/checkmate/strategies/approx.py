@@ -289,8 +289,8 @@ class _LocalSearch:
         self.src, self.dst = edges[order, 0], edges[order, 1]
         self.sources, self.starts = np.unique(self.src, return_index=True)
         transient = np.broadcast_to(graph.recompute_workspace, (T, T)).copy()
-        transient[np.diag_indices(T)] = graph.workspace  # a node's first run uses its workspace, reruns theirs
-        self.transient = transient + graph.fixed_memory
+        transient[np.diag_indices(T)] = graph.workspace + graph.retained  # a first run: its workspace, what it keeps
+        self.transient = transient + graph.held_before_stage[:, None]
         self.stages = np.arange(T)[:, None]
         self.eye = np.eye(T, dtype=bool)
 
