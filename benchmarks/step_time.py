@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/step_time.py            # ResNet and GPT, budgets 100/80/65/50 %
     .venv/bin/python benchmarks/step_time.py --quick    # smaller models, two budgets
+    .venv/bin/python benchmarks/step_time.py --overhead --repeats 50   # the executor's overhead alone
 
 For each model: eager's step time and live-tensor peak; then, per budget, the plan (method, planned peak,
 planned compute overhead from profiled op times) beside the measured peak of the first call and the
@@ -9,6 +10,11 @@ median step time, as a slowdown against the compiled step without recomputation 
 overhead predicts) and against eager. Runs with one torch thread; the steps of the compiled plan, the
 compiled no-recomputation plan and eager are interleaved so drift on a shared machine hits all three
 alike. Prints a markdown table.
+
+With --overhead: what the executor adds to eager PyTorch at the same work, on the peers benchmark's quick
+U-Net (`benchmarks/peers_tools.py`, 139 graph nodes) and the quick models: the compiled step without
+recomputation (`checkpoint_all`, so it runs the ops eager runs) against `loss_fn(model, *batch).backward()`,
+interleaved, one thread; the difference of the medians is the per-step overhead.
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ MODELS: dict[str, Callable[[], Any]] = {
 QUICK_MODELS: dict[str, Callable[[], Any]] = {
     "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=8, image_size=16, width=8, blocks=(1, 1)),
     "GPT (attention, dropout)": lambda: zoo.gpt(batch_size=8, length=32, dim=32, heads=2, layers=2, vocab=64),
+}
+OVERHEAD_MODELS: dict[str, Callable[[], Any]] = {
+    "U-Net (peers, quick)": lambda: zoo.unet(4, image_size=(32, 48), width=1 / 16),
+    **QUICK_MODELS,
 }
 
 
@@ -90,14 +100,39 @@ def benchmark_model(name: str, factory: Callable[[], Any], budgets: list[float],
     return rows
 
 
+def executor_overhead(name: str, factory: Callable[[], Any], repeats: int) -> str:
+    """One table row: the compiled no-recomputation step and eager, interleaved medians, and their difference."""
+    model, loss_fn, batch = factory()
+    model.train()
+    eager_model = copy.deepcopy(model)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit", measure_memory="never"
+    )
+
+    def eager_step() -> None:
+        loss_fn(eager_model, *batch).backward()
+
+    compiled_time, eager_time = interleaved_medians([functools.partial(step, *batch), eager_step], repeats)
+    return (
+        f"| {name} | {step.graph.size} | {compiled_time * 1e3:.2f} | {eager_time * 1e3:.2f} | "
+        f"{(compiled_time - eager_time) * 1e3:+.2f} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small models and two budgets")
+    parser.add_argument("--overhead", action="store_true", help="the executor's overhead against eager, only")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
     parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.overhead:
+        print("| model | graph nodes | compiled no-remat ms | eager ms | overhead ms |\n|---|---|---|---|---|")
+        for name, factory in OVERHEAD_MODELS.items():
+            print(executor_overhead(name, factory, args.repeats), flush=True)
+        return
     models = QUICK_MODELS if args.quick else MODELS
     budgets = [1.0, 0.5] if args.quick else [1.0, 0.8, 0.65, 0.5]
     header = (

@@ -20,6 +20,7 @@ from checkmate import Graph, Node, cheapest_r, lower, make_plan, solve
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
 from checkmate.execute import measure_peak, prepare, run_schedule, storage_bytes
+from checkmate.simulate import Compute, Free, Schedule
 
 VIEW_OPS = {"t", "view", "detach", "alias", "expand", "permute", "transpose", "unsqueeze", "squeeze", "_unsafe_view"}
 
@@ -153,7 +154,12 @@ def _executed(
 ) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
     """Run the plan, adding each gradient into a zeroed buffer that exists before the step (as `.grad` does when it
     is set): every gradient is then held for the whole step, as the plan's fixed memory assumes."""
-    schedule = lower(captured.graph, R, S)
+    return _executed_schedule(model, batch, captured, lower(captured.graph, R, S), seed)
+
+
+def _executed_schedule(
+    model: nn.Module, batch: tuple[torch.Tensor, ...], captured: Captured, schedule: Schedule, seed: int
+) -> tuple[torch.Tensor, list[torch.Tensor | None], int]:
     params = [p.detach() for p in model.parameters()]
     gradients = [torch.zeros_like(p) for p in params]
     arrived: list[bool] = [False] * len(params)
@@ -206,6 +212,41 @@ def test_dropout_node_is_replayed(setup: Any) -> None:
     R = cheapest_r(captured.graph, nothing)
     recomputed = R.sum(axis=0)
     assert all(recomputed[i] > 1 for i in captured.random_nodes)
+
+
+def test_a_random_node_recomputed_while_its_first_copy_is_held(setup: Any) -> None:
+    """Two live copies of the dropout node: the recomputed one (read by every consumer) replays the first one's mask,
+    and holding it to the end of the step costs exactly its bytes on top of the plan's peak."""
+    model, batch, captured = setup
+    model.train()
+    (random,) = captured.random_nodes
+    keep_all = solve(captured.graph, None, method="checkpoint_all")
+    schedule = lower(captured.graph, keep_all.R, keep_all.S)
+    first = schedule.steps.index(Compute(random, random))
+    steps = (*schedule.steps[: first + 1], Compute(random, random + 1), *schedule.steps[first + 1 :])
+    twice = Schedule((*steps, Free(random, captured.graph.size - 1)), schedule.cost, schedule.peak_memory)
+    expected_loss, expected_grads = _eager(model, batch, seed=11)
+    expected_rng = torch.get_rng_state()
+    _, _, peak = _executed_schedule(model, batch, captured, schedule, seed=11)
+    loss, gradients, peak_twice = _executed_schedule(model, batch, captured, twice, seed=11)
+    assert torch.equal(loss, expected_loss)
+    for got, want in zip(gradients, expected_grads, strict=True):
+        assert got is not None and torch.equal(got, want)
+    assert torch.equal(torch.get_rng_state(), expected_rng)
+    assert peak_twice == peak + captured.graph.nodes[random].memory
+
+
+def test_a_schedule_is_generated_once_per_program() -> None:
+    model = SkipNet()
+    batch = (torch.randn(4, 6), torch.randint(0, 3, (4,)))
+    captured = handmade_capture(model, cross_entropy, batch)
+    program = prepare(captured)
+    keep_all = solve(captured.graph, None, method="checkpoint_all")
+    schedule = lower(captured.graph, keep_all.R, keep_all.S)
+    assert program.step_function(schedule) is program.step_function(schedule)
+    del schedule
+    program.step_function(lower(captured.graph, keep_all.R, keep_all.S))
+    assert len(program.step_functions) == 1, "the function of a schedule that is gone is dropped"
 
 
 def test_failure_names_node_and_stage(setup: Any) -> None:

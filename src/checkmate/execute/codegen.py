@@ -1,30 +1,67 @@
-"""Generate one Python function per graph node from its operations, as torch.fx generates a GraphModule's forward.
+"""Generate one straight-line Python function that runs a whole schedule, as torch.fx generates a GraphModule's forward.
 
-The generated function runs the node's operations in order on an environment dict of live values:
+The function runs every `Compute` and `Free` step of the schedule in order, with each graph node's operations
+inlined and each fx value in a local variable:
 
-    def run(env, take):
-        at = 0
+    def step(inputs, on_gradient):
+        v_x, v_w, = inputs
+        loss = None
         try:
-            at = 0
-            env['mm'] = f0(env['view'], c0)
-            del env['view']
+            # Compute(0, 0): graph node 0 ('mm')
+            v_mm = f0(v_x, v_w)
+            # Compute(1, 1): graph node 1 ('sum'): the loss, taken on its first computation
+            v_sum = f1(v_mm)
+            loss = v_sum.detach()
+            # Free(0, 1)
+            del v_mm
             ...
         except Exception as error:
-            raise OperationFailed(at, error) from error
+            ...  # ExecutionError naming the graph node, the stage and the fx node of the failing line
+        return loss, ()
 
-Targets and constant arguments are bound by name (`f0`, `c0`) in the function's globals, never printed as
-literals. `take(name)` is called right after each value that leaves the step is made, unless `take` is None
-(a recomputation). Compared with a loop that fills argument lists, this saves a few microseconds per op,
-which is most of what a Python executor adds to eager PyTorch.
+Targets and constant arguments are bound by name (`f0`, `c0`, `s0`) in the function's globals, never printed as
+literals. Compared with calling one function per step from a loop over the schedule, this saves the dispatch, the
+environment dict and the per-step bookkeeping: a few microseconds per step, most of what a Python executor adds to
+eager PyTorch.
+
+The memory model (`checkmate.simulate`) is kept exactly: a local holds a value from its computation to the `del`
+where the interpreter of the plan would drop it, and nothing else refers to it.
+
+* Inside a node, a member that is not exported dies right after its last use (`Operation.release`).
+* A node's exported values form one live copy; a `Free` drops the oldest copy of that node. When the schedule
+  computes a node again while a copy is still held, the held copy's values move to a tuple (`held_3_0`) first, so
+  both stay alive; a `Free` then deletes the oldest tuple, and the locals themselves (the newest copy, the one
+  consumers read) only when no other copy is left.
+* The loss (detached), the gradients (handed to `on_gradient(parameter_index, tensor)`) and the buffer updates are
+  taken right after they are made, on the node's first computation only (stage == node), so a recomputation cannot
+  count twice. A recomputation that exports the loss or a buffer update swaps the first run's tensor in: the plan
+  counts that tensor once, in the fixed memory, and the recomputed one dies with the node.
+* A random node saves the CPU (and CUDA) generator state before its first computation and replays it inside
+  `torch.random.fork_rng` when recomputed: the recomputed masks equal the first ones and the global stream advances
+  exactly as in eager mode.
+* A value with a traced stride that came out laid out otherwise is replaced by `conform(value, stride, name)`.
+
+Failures carry no per-operation bookkeeping: the failing source line (the traceback's line in the generated frame)
+maps to the operation, its graph node and stage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import collections
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-NodeFunction = Callable[[dict[str, Any], Callable[[str], None] | None], None]
+import torch
+
+from checkmate.errors import ExecutionError
+from checkmate.simulate import Compute, Step
+
+GradientSink = Callable[[int, torch.Tensor], None]
+StepFunction = Callable[[Sequence[Any], GradientSink], tuple[torch.Tensor, tuple[torch.Tensor | None, ...]]]
+Conform = Callable[[Any, tuple[int, ...], str], Any]
+RandomState = tuple[torch.Tensor, list[torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -39,14 +76,14 @@ class Operation:
     """One member fx node, ready to evaluate.
 
     Attributes:
-        name: the fx node's name (its value's key in the environment).
+        name: the fx node's name (its value's name in the generated code).
         target: the fx node's target (an ATen overload or operator.getitem), for messages.
         function: what is called: the overload's underlying builtin (one Python frame less per op), else the target.
         args: positional arguments, with fx values replaced by Reference.
         kwargs: keyword arguments, likewise.
         release: names of member values that die right after this operation (last use within the node).
         stride: the strides the value had when traced, for values that a kernel may lay out otherwise at run time
-            (None for views and non-tensors): see `node_function`'s `conform`.
+            (None for views and non-tensors): see `step_function`'s `conform`.
     """
 
     name: str
@@ -58,54 +95,267 @@ class Operation:
     stride: tuple[int, ...] | None = None
 
 
-class OperationFailed(Exception):
-    """Raised by a generated node function: operation number `position` raised `error`."""
+@dataclass(frozen=True, slots=True)
+class NodeProgram:
+    """What computing one graph node means: its operations, what it keeps, and what leaves the step from it.
 
-    def __init__(self, position: int, error: Exception) -> None:
-        super().__init__(position, error)
-        self.position = position
-        self.error = error
-
-
-def node_function(
-    label: str,
-    operations: tuple[Operation, ...],
-    taken: Collection[str],
-    conform: Callable[[Any, tuple[int, ...], str], Any] | None = None,
-) -> NodeFunction:
-    """Compile `operations` into `run(env, take)`; `taken` names the values to hand to `take` as they are made.
-
-    A kernel may lay its output out otherwise than its fake (meta) version did when the step was traced (CPU
-    batch norm returns a contiguous tensor for a transposed input, its meta function keeps the input's strides),
-    and a traced `view` of it then fails. When `conform` is given, each value with a traced `stride` whose
-    strides differ is replaced by `conform(value, stride, name)` right after it is made.
+    Attributes:
+        label: the node for messages, such as "graph node 3 ('convolution')".
+        operations: its member fx nodes in order.
+        exports: the members that outlive the node (one live copy of them per computation).
+        loss: the loss's fx name when this node makes it, else None.
+        gradients: (parameter index, fx name) of the gradients this node makes.
+        buffer_updates: (buffer index, fx name) of the new buffer values this node makes.
+        random: whether the node draws from the random generator (replayed when recomputed).
     """
-    names = _Names()
-    conform_name = names.bind(conform, "conform") if conform is not None else None
-    lines = ["def run(env, take):", "    at = 0", "    try:"]
-    for position, operation in enumerate(operations):
+
+    label: str
+    operations: tuple[Operation, ...]
+    exports: tuple[str, ...]
+    loss: str | None = None
+    gradients: tuple[tuple[int, str], ...] = ()
+    buffer_updates: tuple[tuple[int, str], ...] = ()
+    random: bool = False
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """What a step function is generated from: the program's nodes and inputs, and the schedule's steps.
+
+    Attributes:
+        nodes: one program per graph node.
+        placeholders: the fx names of the inputs, in the order the function receives them.
+        constants: fx values fixed at capture (get_attr), by name.
+        buffer_count: how many buffers the step may update (the length of the returned updates).
+        steps: the schedule's Compute and Free steps.
+        conform: restores a value's traced layout (None: values are used as the kernels lay them out).
+    """
+
+    nodes: tuple[NodeProgram, ...]
+    placeholders: tuple[str, ...]
+    constants: dict[str, Any]
+    buffer_count: int
+    steps: tuple[Step, ...]
+    conform: Conform | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Where a source line of the generated function runs: which operation, of which node, in which stage."""
+
+    label: str
+    stage: int
+    operation: Operation
+
+    def error(self, cause: Exception) -> ExecutionError:
+        operation = self.operation
+        return ExecutionError(
+            f"{self.label}, stage {self.stage}: fx node {operation.name!r} ({operation.target}) failed: {cause}"
+        )
+
+
+def step_function(source: StepSource) -> StepFunction:
+    """Compile the schedule into `step(inputs, on_gradient) -> (loss, buffer_updates)`.
+
+    `inputs` are the live values of the placeholders, in order; `buffer_updates` has one entry per buffer, None
+    where the step leaves it unchanged. The caller runs it under `torch.no_grad()`.
+
+    Raises:
+        ExecutionError: the schedule frees a node that holds no live copy, or never computes the loss.
+    """
+    writer = _StepWriter(source)
+    for step in source.steps:
+        if isinstance(step, Compute):
+            writer.compute(step.node, step.stage)
+        else:
+            writer.free(step.node, step.stage)
+    return writer.finish()
+
+
+@contextlib.contextmanager
+def _replayed(state: RandomState, cuda_devices: list[int]) -> Iterator[None]:
+    """Run the block with the generators as `_save_random_state` left them, then restore their state."""
+    with torch.random.fork_rng(devices=cuda_devices):
+        cpu_state, cuda_states = state
+        torch.set_rng_state(cpu_state)
+        for device, cuda_state in zip(cuda_devices, cuda_states, strict=True):
+            torch.cuda.set_rng_state(cuda_state, device)
+        yield
+
+
+def _save_random_state(cuda_devices: list[int]) -> RandomState:
+    return torch.get_rng_state(), [torch.cuda.get_rng_state(device) for device in cuda_devices]
+
+
+def _cuda_devices(inputs: Sequence[Any]) -> list[int]:
+    return sorted({value.device.index or 0 for value in inputs if isinstance(value, torch.Tensor) and value.is_cuda})
+
+
+_BODY = "        "
+
+
+class _StepWriter:
+    """Writes the source of one step function, step by step, tracking the live copies of each node."""
+
+    def __init__(self, source: StepSource) -> None:
+        self.source = source
+        self.names = _Names()
+        self.variables = _Variables()
+        for name, value in source.constants.items():
+            self.names.bound[self.variables.of(name)] = value
+        self.conform = self.names.bind(source.conform, "conform") if source.conform is not None else None
+        self.lines: list[str] = []
+        self.failures: dict[int, _Failure] = {}
+        self.held: dict[int, collections.deque[str]] = collections.defaultdict(collections.deque)
+        self.copies: dict[int, int] = collections.defaultdict(int)
+        self.operation_lines: dict[int, list[tuple[Operation, list[str]]]] = {}
+        self.holds = 0
+        self.loss_taken = False
+
+    def compute(self, index: int, stage: int) -> None:
+        node = self.source.nodes[index]
+        first = stage == index
+        self._emit(f"{_BODY}# Compute({index}, {stage}): {node.label}")
+        if self.copies[index] and node.exports:
+            self._hold(index, node)
+        indent = _BODY
+        if node.random and first:
+            self._emit(f"{_BODY}rng_{index} = save_random_state(cuda_devices)")
+        elif node.random:
+            self._emit(f"{_BODY}with replayed(rng_{index}, cuda_devices):")
+            indent += "    "
+        for operation, lines in self._operation_lines(index):
+            failure = _Failure(node.label, stage, operation)
+            for line in lines:
+                self._emit(indent + line, failure)
+            if first:
+                self._take(node, operation.name, indent, failure)
+            if operation.release:
+                self._emit(indent + "del " + ", ".join(map(self.variables.of, operation.release)))
+        if node.random and not first and not node.operations:
+            self._emit(indent + "pass")
+        if not first:
+            self._share_step_outputs(node)
+        if first and node.loss is not None:
+            self.loss_taken = True
+        self.copies[index] += 1
+
+    def free(self, index: int, stage: int) -> None:
+        node = self.source.nodes[index]
+        if not self.copies[index]:
+            raise ExecutionError(f"the schedule frees {node.label} in stage {stage}, which holds no live copy")
+        self.copies[index] -= 1
+        self._emit(f"{_BODY}# Free({index}, {stage})")
+        if self.held[index]:
+            self._emit(f"{_BODY}del {self.held[index].popleft()}")
+        elif node.exports:
+            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, node.exports)))
+
+    def finish(self) -> StepFunction:
+        if not self.loss_taken:
+            raise ExecutionError("the schedule never computed the loss node")
+        source = self.source
+        updates = [f"update_{buffer}" for buffer in range(source.buffer_count)]
+        head = ["def step(inputs, on_gradient):"]
+        if source.placeholders:
+            head.append("    " + "".join(f"{self.variables.of(name)}, " for name in source.placeholders) + "= inputs")
+        if any(node.random for node in source.nodes):
+            head.append("    cuda_devices = cuda_devices_of(inputs)")
+        head += ["    loss = None", *(f"    {update} = None" for update in updates), "    try:"]
+        tail = [
+            "    except Exception as error:",
+            "        failure = failures.get(error.__traceback__.tb_lineno)",
+            "        if failure is None:",
+            "            raise",
+            "        raise failure.error(error) from error",
+            "    return loss, (" + "".join(f"{update}, " for update in updates) + ")",
+        ]
+        offset = len(head)
+        namespace = {
+            **self.names.bound,
+            "failures": {line + offset: failure for line, failure in self.failures.items()},
+            "save_random_state": _save_random_state,
+            "replayed": _replayed,
+            "cuda_devices_of": _cuda_devices,
+        }
+        text = "\n".join(head + self.lines + tail)
+        exec(compile(text, f"<checkmate step of {len(source.steps)} steps>", "exec"), namespace)
+        function: StepFunction = namespace["step"]
+        return function
+
+    def _emit(self, line: str, failure: _Failure | None = None) -> None:
+        """Add a line of the try block; a failure on it is reported as `failure`'s operation failing."""
+        self.lines.append(line)
+        if failure is not None:
+            self.failures[len(self.lines)] = failure
+
+    def _hold(self, index: int, node: NodeProgram) -> None:
+        """Keep the live copy's values alive (the schedule holds them) while the locals take the new copy."""
+        held = f"held_{index}_{self.holds}"
+        self.holds += 1
+        self._emit(f"{_BODY}{held} = (" + "".join(f"{self.variables.of(name)}, " for name in node.exports) + ")")
+        self.held[index].append(held)
+
+    def _take(self, node: NodeProgram, name: str, indent: str, failure: _Failure) -> None:
+        """Hand over the values that leave the step, right after they are made (first computation only)."""
+        value = self.variables.of(name)
+        lines = []
+        if name == node.loss:
+            lines.append(f"loss = {value}.detach()")
+        lines += [f"on_gradient({parameter}, {value})" for parameter, gradient in node.gradients if gradient == name]
+        lines += [f"update_{buffer} = {value}" for buffer, update in node.buffer_updates if update == name]
+        for line in lines:
+            self._emit(indent + line, failure)
+
+    def _share_step_outputs(self, node: NodeProgram) -> None:
+        """A recomputation makes the step's outputs again, with the same values. Exported ones (BatchNorm's new
+        running statistics, which its backward reads) are swapped for the first run's tensors: the plan counts
+        those once, in the fixed memory, and the new ones die with the node, as its recompute workspace says."""
+        for buffer, update in node.buffer_updates:
+            if update in node.exports:
+                self._emit(f"{_BODY}{self.variables.of(update)} = update_{buffer}")
+        if node.loss is not None and node.loss in node.exports:
+            self._emit(f"{_BODY}{self.variables.of(node.loss)} = loss")
+
+    def _operation_lines(self, index: int) -> list[tuple[Operation, list[str]]]:
+        """Each operation of node `index` as source lines (its call and layout check), rendered once per node."""
+        rendered = self.operation_lines.get(index)
+        if rendered is None:
+            rendered = [(operation, self._render(operation)) for operation in self.source.nodes[index].operations]
+            self.operation_lines[index] = rendered
+        return rendered
+
+    def _render(self, operation: Operation) -> list[str]:
+        names, variables = self.names, self.variables
         function = names.bind(operation.function, "f")
-        arguments = [names.render(value) for value in operation.args]
-        arguments += [f"{key}={names.render(value)}" for key, value in operation.kwargs.items()]
-        lines.append(f"        at = {position}")
-        lines.append(f"        env[{operation.name!r}] = {function}({', '.join(arguments)})")
-        if conform_name is not None and operation.stride is not None:
+        arguments = [names.render(value, variables) for value in operation.args]
+        arguments += [f"{key}={names.render(value, variables)}" for key, value in operation.kwargs.items()]
+        value = variables.of(operation.name)
+        lines = [f"{value} = {function}({', '.join(arguments)})"]
+        if self.conform is not None and operation.stride is not None:
             stride = names.bind(operation.stride, "s")
-            value, name = f"env[{operation.name!r}]", repr(operation.name)
-            fixed = f"{conform_name}({value}, {stride}, {name})"
-            lines.append(f"        if {value}.stride() != {stride}: {value} = {fixed}")
-        if operation.name in taken:
-            lines.append(f"        if take is not None: take({operation.name!r})")
-        lines.extend(f"        del env[{name!r}]" for name in operation.release)
-    lines += ["    except Exception as error:", "        raise OperationFailed(at, error) from error"]
-    namespace = {"OperationFailed": OperationFailed, **names.bound}
-    exec(compile("\n".join(lines), f"<checkmate {label}>", "exec"), namespace)
-    run: NodeFunction = namespace["run"]
-    return run
+            lines.append(
+                f"if {value}.stride() != {stride}: {value} = {self.conform}({value}, {stride}, {operation.name!r})"
+            )
+        return lines
+
+
+class _Variables:
+    """The local variable of each fx value: `v_` and its name (fx names are identifiers), else a numbered one."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def of(self, name: str) -> str:
+        variable = self.names.get(name)
+        if variable is None:
+            variable = f"v_{name}" if name.isidentifier() else f"v{len(self.names)}"
+            self.names[name] = variable
+        return variable
 
 
 class _Names:
-    """The globals of one generated function: targets (f0, f1, ...) and constant arguments (c0, c1, ...)."""
+    """The globals of one generated function: targets (f0, f1, ...), constants (c0, ...) and strides (s0, ...)."""
 
     def __init__(self) -> None:
         self.bound: dict[str, Any] = {}
@@ -117,14 +367,14 @@ class _Names:
         self.bound[f"{prefix}{number}"] = value
         return f"{prefix}{number}"
 
-    def render(self, value: Any) -> str:
-        """Source text for one argument: env lookups for references, containers spelled out, anything else bound."""
+    def render(self, value: Any, variables: _Variables) -> str:
+        """Source text for one argument: locals for references, containers spelled out, anything else bound."""
         if isinstance(value, Reference):
-            return f"env[{value.name!r}]"
+            return variables.of(value.name)
         if isinstance(value, tuple):
-            return "(" + "".join(f"{self.render(item)}, " for item in value) + ")"
+            return "(" + "".join(f"{self.render(item, variables)}, " for item in value) + ")"
         if isinstance(value, list):
-            return "[" + ", ".join(self.render(item) for item in value) + "]"
+            return "[" + ", ".join(self.render(item, variables) for item in value) + "]"
         if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-            return "{" + ", ".join(f"{key!r}: {self.render(item)}" for key, item in value.items()) + "}"
+            return "{" + ", ".join(f"{key!r}: {self.render(item, variables)}" for key, item in value.items()) + "}"
         return self.bind(value, "c")

@@ -1,24 +1,24 @@
-"""Run a lowered Schedule over a Captured training step, node by node, like torch.fx.Interpreter.
+"""Run a lowered Schedule over a Captured training step, as one generated Python function per schedule.
 
-`prepare(captured)` turns the joint fx graph into one small program per graph node (its member fx
-nodes, where each argument comes from, and when each non-exported value dies), generated as Python
-source the way torch.fx generates a GraphModule's forward, so running a node costs one call per op
-and no interpretation. `run_schedule` then walks the schedule's steps: `Compute(i, t)` runs node i's
-members in fx order and keeps its exported values as one more live copy; `Free(i, t)` drops one
-copy. Nothing else stays alive, so the live tensors follow the plan's memory model.
+`prepare(captured)` turns the joint fx graph into one small program per graph node: its member fx nodes, where
+each argument comes from, and when each non-exported value dies. `run_schedule` then runs the schedule's steps:
+`Compute(i, t)` runs node i's members in fx order and keeps its exported values as one more live copy; `Free(i, t)`
+drops the oldest copy. Nothing else stays alive, so the live tensors follow the plan's memory model.
 
-Loss, gradients and buffer updates are taken the first time their node runs (stage i of node i) and
-never again, so a recomputation cannot count twice. Random nodes save the CPU (and CUDA) generator
-state before their first computation and replay it inside `torch.random.fork_rng` when recomputed:
-the recomputed masks equal the first ones and the global stream advances exactly as in eager mode.
+The steps are not interpreted one by one: `checkmate.execute.codegen` writes the whole schedule as one straight-line
+Python function (every step in order, every operation inlined, values in local variables), generated once per
+schedule and kept in the Program (`Program.step_function`), so a step costs one Python call per op and nothing
+per Compute or Free. The codegen module docstring spells out the semantics it keeps: loss, gradients and buffer
+updates taken on a node's first computation only, random nodes replayed on recomputation, layouts conformed.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,38 +27,54 @@ from torch.fx.node import map_aggregate
 
 from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
-from checkmate.execute.codegen import NodeFunction, Operation, OperationFailed, Reference, node_function
-from checkmate.simulate import Compute, Schedule
+from checkmate.execute.codegen import (
+    GradientSink,
+    NodeProgram,
+    Operation,
+    Reference,
+    StepFunction,
+    StepSource,
+    step_function,
+)
+from checkmate.simulate import Schedule
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 
-GradientSink = Callable[[int, torch.Tensor], None]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeProgram:
-    """What computing one graph node means: its operations, what it keeps, and what leaves the step from it."""
-
-    label: str
-    operations: tuple[Operation, ...]
-    run: NodeFunction
-    exports: tuple[str, ...]
-    loss: str | None
-    gradients: tuple[tuple[int, str], ...]
-    buffer_updates: tuple[tuple[int, str], ...]
-    random: bool
-    taken: frozenset[str]
-
 
 @dataclass(frozen=True)
 class Program:
-    """A Captured step compiled for the interpreter."""
+    """A Captured step compiled for execution, and the step functions generated from it so far.
+
+    `step_functions` maps id(schedule) to (a weak reference to the schedule, its function): a schedule is
+    generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
+    """
 
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     nodes: tuple[NodeProgram, ...]
     buffer_count: int
+    step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def step_function(self, schedule: Schedule) -> StepFunction:
+        """The function that runs `schedule` over this program, generated on the first call for that schedule.
+
+        Raises:
+            ExecutionError: the schedule frees a node that holds no live copy, or never computes the loss.
+        """
+        cached = self.step_functions.get(id(schedule))
+        if cached is not None and cached[0]() is schedule:
+            return cached[1]
+        source = StepSource(
+            self.nodes, self.placeholders, self.constants, self.buffer_count, schedule.steps, _conform_layout
+        )
+        function = step_function(source)
+        for key in [key for key, (reference, _) in self.step_functions.items() if reference() is None]:
+            del self.step_functions[key]
+        self.step_functions[id(schedule)] = (weakref.ref(schedule), function)
+        return function
 
 
 @dataclass(frozen=True)
@@ -138,17 +154,14 @@ def _node_program(
         )
         operations.append(_operation(fx_node, release))
     loss = captured.loss if owner[captured.loss] == index else None
-    taken = frozenset([loss] if loss else []) | {name for _, name in gradients} | {name for _, name in updates}
     return NodeProgram(
         label=label,
         operations=tuple(operations),
-        run=node_function(label, tuple(operations), taken, conform=_conform_layout),
         exports=tuple(captured.exports[index]),
         loss=loss,
         gradients=gradients,
         buffer_updates=updates,
         random=index in captured.random_nodes,
-        taken=taken,
     )
 
 
@@ -199,88 +212,12 @@ def run_schedule(
         The detached loss and the buffers' new values.
 
     Raises:
-        ExecutionError: an operation failed; the message names the graph node, the stage and the fx node.
+        ExecutionError: an operation failed (the message names the graph node, the stage and the fx node), or the
+            schedule cannot run (it frees a node with no live copy, or never computes the loss).
     """
     if len(inputs) != len(program.placeholders):
         raise ExecutionError(f"the step takes {len(program.placeholders)} inputs, got {len(inputs)}")
-    run = _Run(program, inputs, on_gradient)
+    function = program.step_function(schedule)
     with torch.no_grad():
-        for step in schedule.steps:
-            if isinstance(step, Compute):
-                run.compute(step.node, step.stage)
-            else:
-                run.free(step.node)
-    if run.loss is None:
-        raise ExecutionError("the schedule never computed the loss node")
-    return StepOutputs(run.loss, tuple(run.buffer_updates))
-
-
-class _Run:
-    """The mutable state of one step: the environment of live values and the copies the plan holds."""
-
-    def __init__(self, program: Program, inputs: Sequence[Any], on_gradient: GradientSink) -> None:
-        self.program = program
-        self.env: dict[str, Any] = dict(zip(program.placeholders, inputs, strict=True))
-        self.env.update(program.constants)
-        self.copies: dict[int, list[tuple[Any, ...]]] = {}
-        self.rng_states: dict[int, tuple[torch.Tensor, list[torch.Tensor]]] = {}
-        self.cuda_devices = sorted({t.device.index or 0 for t in inputs if isinstance(t, torch.Tensor) and t.is_cuda})
-        self.on_gradient = on_gradient
-        self.loss: torch.Tensor | None = None
-        self.buffer_updates: list[torch.Tensor | None] = [None] * program.buffer_count
-
-    def compute(self, index: int, stage: int) -> None:
-        node = self.program.nodes[index]
-        first = stage == index
-        if node.random and first:
-            self.rng_states[index] = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self.cuda_devices])
-        if node.random and not first:
-            with torch.random.fork_rng(devices=self.cuda_devices):
-                cpu_state, cuda_states = self.rng_states[index]
-                torch.set_rng_state(cpu_state)
-                for device, state in zip(self.cuda_devices, cuda_states, strict=True):
-                    torch.cuda.set_rng_state(state, device)
-                self._evaluate(node, stage, first)
-        else:
-            self._evaluate(node, stage, first)
-        if not first:
-            self._share_step_outputs(node)
-        self.copies.setdefault(index, []).append(tuple(self.env[name] for name in node.exports))
-
-    def _share_step_outputs(self, node: NodeProgram) -> None:
-        """A recomputation makes the step's outputs again, with the same values. Exported ones (BatchNorm's new
-        running statistics, which its backward reads) are swapped for the first run's tensors: the plan counts
-        those once, in the fixed memory, and the new ones die with the node, as its recompute workspace says."""
-        for buffer, update in node.buffer_updates:
-            if update in node.exports:
-                self.env[update] = self.buffer_updates[buffer]
-        if node.loss is not None and node.loss in node.exports:
-            self.env[node.loss] = self.loss
-
-    def _evaluate(self, node: NodeProgram, stage: int, first: bool) -> None:
-        try:
-            node.run(self.env, functools.partial(self._take, node) if first and node.taken else None)
-        except OperationFailed as failure:
-            operation = node.operations[failure.position]
-            raise ExecutionError(
-                f"{node.label}, stage {stage}: fx node {operation.name!r} ({operation.target}) failed: {failure.error}"
-            ) from failure.error
-
-    def _take(self, node: NodeProgram, name: str) -> None:
-        if name == node.loss:
-            self.loss = self.env[name].detach()
-        for parameter, gradient in node.gradients:
-            if gradient == name:
-                self.on_gradient(parameter, self.env[name])
-        for buffer, update in node.buffer_updates:
-            if update == name:
-                self.buffer_updates[buffer] = self.env[name]
-
-    def free(self, index: int) -> None:
-        held = self.copies.get(index)
-        if not held:
-            raise ExecutionError(f"the schedule frees {self.program.nodes[index].label}, which holds no live copy")
-        held.pop(0)
-        if not held:
-            for name in self.program.nodes[index].exports:
-                del self.env[name]
+        loss, buffer_updates = function(inputs, on_gradient)
+    return StepOutputs(loss, buffer_updates)
