@@ -28,7 +28,9 @@ For each model (a chain-like VGG, a ResNet, a U-Net and a GPT from `checkmate.zo
   op policy (save attention and every other matmul, here also every other convolution);
 * `torch.compile` (Inductor, its caches off and a fresh `TORCHINDUCTOR_CACHE_DIR`, so compile times include building
   its kernels) at several `torch._functorch.config.activation_memory_budget` values;
-* ours, `checkmate.compile` with `optimal` and `approx` (profiled op costs), with each peer's measured peak as budget.
+* ours, `checkmate.compile` with `optimal` and `approx` (profiled op costs), with each peer's measured peak as budget,
+  and `gradient_memory="when_made"` (every step here starts from `.grad = None`, so each gradient is counted from
+  the op that makes it, as it is for the peers; `--gradient-memory whole_step` charges them for the whole step).
 
 One meter for every tool: on CPU the peak of bytes allocated through PyTorch's CPU allocator during the step, read
 from the profiler's allocation events (`torch.profiler.profile(profile_memory=True)`), which also sees what
@@ -65,6 +67,7 @@ import torch
 
 import checkmate
 from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes
+from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_report import Row, render
@@ -93,36 +96,6 @@ class Meter:
         return storage_bytes(baseline) + allocator_peak(run)
 
 
-def allocator_peak(run: Callable[[], None]) -> int:
-    """Peak bytes allocated through c10's CPU allocator while `run` runs, above what was allocated at its start.
-
-    Every CPU tensor allocation, whether made by an eager op, inside a kernel, or by Inductor-generated code
-    (`empty_strided_cpu`), goes through the allocator, which reports it to the profiler when memory profiling is
-    on; each event carries the allocator's running total. Frees of blocks allocated before profiling started are
-    not reported, so a step that frees memory it did not allocate would read high, never low.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    events: list[tuple[int, int, int]] = []
-
-    def walk(event: Any) -> None:
-        fields = event.extra_fields
-        if isinstance(fields, torch._C._profiler._ExtraFields_Allocation) and fields.device.type == "cpu":
-            events.append((event.start_time_ns, fields.alloc_size, fields.total_allocated))
-        for child in event.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    if not events:
-        return 0
-    events.sort()
-    start = events[0][2] - events[0][1]
-    return max(total for _, _, total in events) - start
-
-
 def ours_candidates(
     setting: Setting, levels: dict[int, list[str]], meter: Meter, reference: list[torch.Tensor]
 ) -> list[Candidate]:
@@ -138,8 +111,8 @@ def fit_ours(
     setting: Setting, level: int, method: str, checks: tuple[Meter, list[torch.Tensor]], peers: list[str]
 ) -> Candidate:
     """Ours at `level`: plan with the level as the budget, run it once (gradients checked) and measure it on the one
-    meter. While the meter reads above the level (memory the plan does not model, such as scratch space inside
-    convolution kernels), plan again with the budget set that much below the plan's own peak, at most
+    meter. While the meter reads above the level (memory the plan does not model, such as kernel scratch under a
+    cost model that runs nothing), plan again with the budget set that much below the plan's own peak, at most
     `--fit-iterations` times. The last plan that was measured is kept; the row's setup time adds up every attempt."""
     meter, reference = checks
     budget, history, setup = level, [], 0.0
@@ -185,6 +158,7 @@ def plan_ours(setting: Setting, budget: int, method: str, level: int) -> Candida
         step = checkmate.compile(
             model, setting.loss_fn, setting.batch, budget=int(budget), method=method,
             cost_model=args.cost_model, time_limit=args.time_limit, measure_memory="first",
+            gradient_memory=args.gradient_memory,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
         failed = Candidate(f"ours ({method})", config, model, lambda: None, knob=level, budget=int(budget))
@@ -385,6 +359,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "aot_eager_decomp_partition: the same min-cut/knapsack planner, eager kernels)")  # fmt: skip
     parser.add_argument("--segments", type=int, nargs="*", help="checkpoint_sequential segment counts")
     parser.add_argument("--strides", type=int, nargs="*", default=[1, 2, 4], help="checkpoint every k-th block")
+    parser.add_argument(
+        "--gradient-memory", default="when_made", choices=("when_made", "whole_step"),
+        help="how our plans count gradients: from the op that makes each (every step here starts from .grad = None, "
+        "as the peers' do) or for the whole step",
+    )  # fmt: skip
     parser.add_argument("--fit-iterations", type=int, default=2, help="replans of ours when the meter reads over")
     parser.add_argument("--merge", type=float, default=0.02, help="peer peaks this close share one budget of ours")
     parser.add_argument("--verbose", action="store_true", help="show checkmate's planning log")

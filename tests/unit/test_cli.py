@@ -259,7 +259,9 @@ def test_capture_hands_its_arguments_to_the_capture_module(
     status, _, _ = run(
         ["capture", "models:resnet", "--out", "g.json", "--cost-model", "flops", "--max-nodes", "50"], capsys
     )
-    assert status == 0 and calls == [("models:resnet", "g.json", "flops", 50)]
+    assert status == 0 and calls == [("models:resnet", "g.json", "flops", 50, "whole_step")]
+    run(["capture", "models:resnet", "--out", "g.json", "--gradient-memory", "when_made"], capsys)
+    assert calls[-1] == ("models:resnet", "g.json", "profile", None, "when_made")
 
 
 def test_python_dash_m_runs_the_command_line() -> None:

@@ -7,6 +7,7 @@
         [--out rows.json] [--table2]           (TARGET: a graph file, or a model MODULE:FACTORY such as zoo:vgg16)
     checkmate table2 ROWS.json...
     checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
+                      [--gradient-memory whole_step|when_made]
     checkmate max-batch TARGET --memory 16GiB [--methods checkpoint_all,chen_sqrtn,optimal] [--max-overhead 1.0]
         [--time-limit S] [--factory-option KEY=VALUE]      (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
 
@@ -113,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     capture_parser.add_argument("--out", required=True, help="the graph JSON file to write")
     capture_parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
     capture_parser.add_argument("--max-nodes", type=int, help="merge ops until the graph has at most this many nodes")
+    capture_parser.add_argument(
+        "--gradient-memory",
+        default="whole_step",
+        choices=("whole_step", "when_made"),
+        help="count parameter gradients for the whole step (fixed memory) or from the node that makes each",
+    )
     capture_parser.set_defaults(command=_capture)
 
     max_batch_parser = commands.add_parser(
@@ -270,7 +277,9 @@ def _capture(arguments: argparse.Namespace) -> int:
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
         raise CheckmateError(f"capture is unavailable ({error}){hint}") from None
-    status: int = run_capture(arguments.target, arguments.out, arguments.cost_model, arguments.max_nodes)
+    status: int = run_capture(
+        arguments.target, arguments.out, arguments.cost_model, arguments.max_nodes, arguments.gradient_memory
+    )
     return status
 
 

@@ -25,10 +25,12 @@ import torch
 from torch import nn
 
 from checkmate.captured import Captured
+from checkmate.errors import InvalidArgument
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.torch_capture.layout import Layout, build_layout
 from checkmate.torch_capture.merge import merge_groups
+from checkmate.torch_capture.profile import OpProfile, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ def capture(
     cost_model: str = "profile",
     max_nodes: int | None = None,
     optimizer_state_bytes: int = 0,
+    gradient_memory: str = "whole_step",
 ) -> Captured:
     """Capture one training step of `model` as a planning graph and the fx graph that executes it.
 
@@ -52,24 +55,30 @@ def capture(
         loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
         batch: example inputs (tensors, possibly nested in tuples, lists or dicts); only shapes and
             dtypes matter, except for the "profile" cost model, which runs ops on them.
-        cost_model: "profile" (measured seconds per op on the model's device, cached on disk),
+        cost_model: "profile" (measured seconds per op on the model's device, and each op's kernel scratch
+            bytes, counted in its node's workspace; both cached on disk),
             "flops" (PyTorch's FLOP formulas) or "unit" (1 per node).
         max_nodes: merge cheap neighbouring nodes until at most this many remain.
         optimizer_state_bytes: bytes of optimizer state to add to the graph's fixed memory.
+        gradient_memory: "whole_step" counts parameter gradients in the fixed memory, for the whole step (a step
+            that adds into `.grad`s kept from earlier steps); "when_made" counts each from the node that makes it
+            to the end of the step (`.grad`s are None when the step starts, as after `optimizer.zero_grad()`).
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
     """
     check_cost_model(cost_model)
+    check_gradient_memory(gradient_memory)
     started = time.perf_counter()
     trace = trace_step(model, loss_fn, batch)
     prepare_graph(trace.module)
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     per_op = _per_op_costs(trace, groups, model, batch, cost_model)
-    layout = _layout(trace, groups, per_op, optimizer_state_bytes)
+    retain_gradients = gradient_memory == "when_made"
+    layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients)
     if max_nodes is not None and layout.graph.size > max_nodes:
         groups = merge_groups(layout.graph, groups, max_nodes)
-        layout = _layout(trace, groups, per_op, optimizer_state_bytes)
+        layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients)
     log.info(
         "captured %d planning nodes from %d fx nodes in %.2f s",
         layout.graph.size,
@@ -94,6 +103,15 @@ def capture(
     )
 
 
+GRADIENT_MEMORY_CHOICES = ("whole_step", "when_made")
+
+
+def check_gradient_memory(gradient_memory: str) -> None:
+    """Raise InvalidArgument unless `gradient_memory` is one of GRADIENT_MEMORY_CHOICES."""
+    if gradient_memory not in GRADIENT_MEMORY_CHOICES:
+        raise InvalidArgument(f"gradient_memory must be one of {GRADIENT_MEMORY_CHOICES}, got {gradient_memory!r}")
+
+
 def model_device(model: nn.Module) -> torch.device:
     """The device of the model's first parameter or buffer (CPU for a stateless model)."""
     for tensor in [*model.parameters(), *model.buffers()]:
@@ -103,26 +121,29 @@ def model_device(model: nn.Module) -> torch.device:
 
 def _per_op_costs(
     trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: str
-) -> dict[str, float]:
+) -> OpProfile:
+    """Cost per fx op, and its scratch bytes (measured by "profile" only; the other cost models run nothing)."""
     if cost_model == "unit":
-        return unit_per_op(groups)
+        return OpProfile(costs=unit_per_op(groups), scratch_bytes={})
     if cost_model == "flops":
-        return flops_per_op(trace.module, find_owners(trace.module.graph).allocating)
-    from checkmate.torch_capture.profile import profile_per_op
-
+        return OpProfile(costs=flops_per_op(trace.module, find_owners(trace.module.graph).allocating), scratch_bytes={})
     state = dict(model.named_parameters()) | dict(model.named_buffers())
     inputs = [state[name] for name in (*trace.parameter_names, *trace.buffer_names)]
     return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model))
 
 
-def _layout(trace: Trace, groups: list[list[str]], per_op: dict[str, float], optimizer_state_bytes: int) -> Layout:
+def _layout(
+    trace: Trace, groups: list[list[str]], per_op: OpProfile, optimizer_state_bytes: int, retain_gradients: bool
+) -> Layout:
     leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
     return build_layout(
         trace.module,
         groups,
-        group_costs(groups, per_op),
+        group_costs(groups, per_op.costs),
         loss=trace.loss,
         fixed_outputs=frozenset(name for name in leaving if name is not None),
         gradients=frozenset(name for name in trace.gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
+        scratch=per_op.scratch_bytes,
+        retain_gradients=retain_gradients,
     )

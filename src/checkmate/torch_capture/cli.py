@@ -35,14 +35,18 @@ def load_factory(target: str) -> Callable[[], Any]:
     return factory
 
 
-def run_capture(target: str, out: str, cost_model: str, max_nodes: int | None) -> int:
+def run_capture(
+    target: str, out: str, cost_model: str, max_nodes: int | None, gradient_memory: str = "whole_step"
+) -> int:
     """Capture the step built by `target`, write its graph JSON to `out`, print a summary; returns 0."""
     produced = load_factory(target)()
     if not isinstance(produced, tuple) or len(produced) != 3:
         raise CaptureError(f"{target} must return (model, loss_fn, batch), got {type(produced).__name__}")
     model, loss_fn, batch = produced
     started = time.perf_counter()
-    captured = capture(model, loss_fn, batch, cost_model=cost_model, max_nodes=max_nodes)
+    captured = capture(
+        model, loss_fn, batch, cost_model=cost_model, max_nodes=max_nodes, gradient_memory=gradient_memory
+    )
     elapsed = time.perf_counter() - started
     graph = captured.graph
     Path(out).write_text(graph.to_json())

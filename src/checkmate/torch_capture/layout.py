@@ -8,9 +8,14 @@ A node that stands for several fx ops also makes values nobody outside it reads 
 output inside BatchNorm + add + ReLU). They live from the op that makes them to their last reader
 inside the node, as the executor frees them. The node's workspace is how far its live storages rise
 above its exported bytes while it runs: max over its ops of the bytes live at that op, minus its memory.
+The bytes live at an op include its scratch: memory the kernel allocates inside itself and frees before
+it returns, beyond its output (measured by the "profile" cost model, see `checkmate.torch_capture.profile`;
+0 under the other cost models, which run nothing).
 A parameter gradient counts there too, from its op to its last reader: a step that accumulates into an
 existing `.grad` holds the new gradient beside it until it is added, so the plan holds whether `.grad`
-is set or not (when it is not, the gradient is counted twice for that moment). A recomputation makes
+is set or not (when it is not, the gradient is counted twice for that moment). A step planned for empty
+`.grad`s (`gradient_memory="when_made"`) counts gradients neither in the fixed memory nor in a workspace: the
+node that makes them retains them (`Node.retained`) from its first run to the end. A recomputation makes
 every value that leaves the step once more, as a temporary (the first run's copies are the fixed
 memory), so the recompute workspace counts the loss and buffer updates too.
 """
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,13 +57,19 @@ def build_layout(
     fixed_outputs: frozenset[str],
     gradients: frozenset[str] = frozenset(),
     extra_fixed_memory: int = 0,
+    scratch: Mapping[str, int] | None = None,
+    retain_gradients: bool = False,
 ) -> Layout:
     """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
 
     Fixed memory is the bytes of parameters, buffers, batch inputs, constants and the `fixed_outputs`
     (the loss, parameter gradients, buffer updates), each storage once, plus `extra_fixed_memory`.
     `gradients` (among the fixed outputs) are also counted in the workspace of the node that makes them.
+    `scratch` (fx name -> bytes; absent means 0) is what each op holds inside its kernel while it runs.
+    With `retain_gradients` (a step whose `.grad`s start empty) the gradients leave the fixed memory and each
+    planning node retains the gradients it makes (`Node.retained`), from its first run to the end of the step.
     """
+    scratch = scratch or {}
     nodes_by_name = {node.name: node for node in module.graph.nodes}
     group_of = {name: index for index, names in enumerate(groups) for name in names}
     order = {node.name: index for index, node in enumerate(module.graph.nodes)}
@@ -68,13 +79,18 @@ def build_layout(
         (node.name for node in module.graph.nodes if node.op in ("placeholder", "get_attr")), owners.table
     )
     held = sources | _storages_of(fixed_outputs - gradients, owners.table)
-    excluded = held | _storages_of(gradients, owners.table)
+    gradient_storages = _storages_of(gradients, owners.table)
+    excluded = held | gradient_storages
+    retained = _retained_bytes(gradients, group_of, owners.table, held) if retain_gradients else {}
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
         memory = _export_bytes(exports[index], owners.table, excluded)
-        workspace = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, held) - memory)
-        again = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, sources) - memory)
+        first_run_excluded = excluded if retain_gradients else held
+        workspace = max(
+            0, _running_peak(names, exports[index], nodes_by_name, owners.table, first_run_excluded, scratch) - memory
+        )
+        again = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, sources, scratch) - memory)
         graph_nodes.append(
             Node(
                 name=_label(names, owners.allocating),
@@ -84,16 +100,35 @@ def build_layout(
                 inputs=tuple(sorted(inputs[index])),
                 workspace=workspace,
                 recompute_workspace=None if again == workspace else again,
+                retained=retained.get(index, 0),
             )
         )
     return Layout(
-        graph=Graph(tuple(graph_nodes), fixed_memory=sum(excluded.values()) + extra_fixed_memory),
+        graph=Graph(
+            tuple(graph_nodes), fixed_memory=sum(excluded.values()) - sum(retained.values()) + extra_fixed_memory
+        ),
         members=tuple(tuple(names) for names in groups),
         exports=tuple(tuple(sorted(names, key=order.__getitem__)) for names in exports),
         random_nodes=frozenset(
             index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
         ),
     )
+
+
+def _retained_bytes(
+    gradients: frozenset[str], group_of: dict[str, int], table: StorageTable, held: dict[StorageKey, int]
+) -> dict[int, int]:
+    """Bytes of gradient storages per planning node that makes them (each storage once, by its first maker; none
+    that is also fixed memory)."""
+    maker: dict[StorageKey, int] = {}
+    for name in gradients:
+        for key in table.storages(name):
+            if key not in held:
+                maker[key] = min(maker.get(key, group_of[name]), group_of[name])
+    retained: dict[int, int] = {}
+    for key, index in maker.items():
+        retained[index] = retained.get(index, 0) + table.sizes[key]
+    return retained
 
 
 def _edges(
@@ -141,8 +176,9 @@ def _running_peak(
     nodes_by_name: dict[str, torch.fx.Node],
     table: StorageTable,
     excluded: dict[StorageKey, int],
+    scratch: Mapping[str, int],
 ) -> int:
-    """The most bytes of the node's own storages live at once while its ops run in order.
+    """The most bytes of the node's own storages, plus the running op's scratch, live at once while its ops run.
 
     A value lives from its op to its last reader among the node's ops (the executor drops it after that op),
     or to the node's end when it is exported. A storage lives while any value in it does.
@@ -162,7 +198,8 @@ def _running_peak(
     for key, start in born.items():
         change[start] += table.sizes[key]
         change[dies[key] + 1] -= table.sizes[key]
-    return max(itertools.accumulate(change), default=0)
+    live = itertools.accumulate(change[:-1])  # bytes live while op k runs; the last entry only frees
+    return max((bytes_live + scratch.get(name, 0) for name, bytes_live in zip(computed, live, strict=True)), default=0)
 
 
 def _label(names: Sequence[str], allocating: frozenset[str]) -> str:

@@ -66,4 +66,3 @@ def parameters_without_gradient(
         )
     gradients = torch.autograd.grad(loss, list(trainable.values()), allow_unused=True)
     return frozenset(name for name, gradient in zip(trainable, gradients, strict=True) if gradient is None)
-

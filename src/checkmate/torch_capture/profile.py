@@ -1,4 +1,4 @@
-"""The "profile" cost model: time every op of the joint graph on the model's device.
+"""The "profile" cost model: time every op of the joint graph on the model's device, and measure its scratch memory.
 
 How it is measured: the whole joint graph is run `WARMUP + REPEATS` times, op by op in execution
 order, on real tensors (parameters, buffers and the example batch; intermediate values are
@@ -11,13 +11,27 @@ percent. On CUDA each op is bracketed by CUDA events and synchronized. Views, `g
 ops that allocate nothing cost 0. The random generator state is restored afterwards, so profiling
 does not change the user's random stream.
 
-Timings are cached on disk, per device and op signature (op, argument shapes, strides, dtypes and
-non-tensor arguments), in `$CHECKMATE_CACHE_DIR/profiles/` (default `~/.cache/checkmate/profiles/`),
-so a second capture of the same model, or of a model with the same layers, is fast.
+Scratch memory: a kernel may allocate buffers inside itself and free them before it returns (a
+convolution's backward, BatchNorm's backward); the fx graph does not show them. One more pass over
+the graph, untimed and at PyTorch's current intra-op thread count (the step's: CPU kernels may
+allocate per-thread buffers), measures each allocating op's scratch bytes: the most bytes the
+allocator held during the op above what it held when the op returned (what it still holds then is
+the op's output, which the planning graph counts already), 0 when it never held more. On CPU the
+pass runs under `torch.profiler.profile(profile_memory=True)`, each op inside a `record_function`
+span; every allocation and free event carries the allocator's running total, and an event belongs
+to the op whose span contains its time (on any thread, so intra-op worker threads count). On CUDA
+the op runs between `torch.cuda.reset_peak_memory_stats` and `max_memory_allocated`.
+
+Both are cached on disk, per device and op signature (op, argument shapes, strides, dtypes and
+non-tensor arguments), in `$CHECKMATE_CACHE_DIR/profiles/` (default `~/.cache/checkmate/profiles/`):
+timings in `<device>.json`, scratch bytes in `scratch-<device at the thread count>.json`. A second
+capture of the same model, or of a model with the same layers, is fast.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import logging
@@ -26,14 +40,16 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils import _pytree as pytree
 
+from checkmate.torch_capture.allocator import allocation_events, walk
 from checkmate.torch_capture.grouping import find_owners
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
@@ -41,6 +57,27 @@ log = logging.getLogger(__name__)
 
 WARMUP = 2
 REPEATS = 11
+
+_SPAN_PREFIX = "checkmate::"
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """The price of each call node of the joint graph (fx name -> value; 0 for ops that allocate nothing).
+
+    Attributes:
+        costs: the op's cost: its median run time in seconds when profiled (the "flops" and "unit" cost
+            models fill in their own units).
+        scratch_bytes: bytes the op holds inside its kernel while it runs, above its output (see the module
+            docstring); empty when the cost model runs nothing.
+    """
+
+    costs: dict[str, float]
+    scratch_bytes: dict[str, int]
+
+
+# One measurement pass: runs the graph's ops and returns the measured value of each of the named (missing) ops.
+Measure = Callable[[set[str]], dict[str, float]]
 
 
 def cache_directory() -> Path:
@@ -50,12 +87,12 @@ def cache_directory() -> Path:
     return base / "profiles"
 
 
-def device_key(device: torch.device) -> str:
-    """A file-name-safe identity of the device the timings belong to."""
+def device_key(device: torch.device, threads: int = 1) -> str:
+    """A file-name-safe identity of the device (and, on CPU, intra-op thread count) the measurements belong to."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
-        name = f"{device.type}-{platform.machine()}-{_cpu_model()}-1thread"
+        name = f"{device.type}-{platform.machine()}-{_cpu_model()}-{threads}thread"
     return "".join(character if character.isalnum() else "_" for character in f"{name}-torch{torch.__version__}")
 
 
@@ -82,37 +119,59 @@ def op_signature(node: torch.fx.Node, args: Any, kwargs: Any) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def profile_per_op(
-    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device
-) -> dict[str, float]:
-    """Seconds per call node of `module` run on `inputs` (cached timings are reused)."""
-    cache_file = cache_directory() / f"{device_key(device)}.json"
-    cache = _load(cache_file)
+def profile_per_op(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device) -> OpProfile:
+    """Seconds and scratch bytes per call node of `module` run on `inputs` (cached measurements are reused)."""
     allocating = find_owners(module.graph).allocating
-    with _one_thread(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         signatures = {node.name: op_signature(node, args, kwargs) for node, args, kwargs in _run(module, inputs, None)}
-        missing = {name for name in allocating if signatures[name] not in cache}
-        fresh: dict[str, float] = {}
-        if missing:
-            timer = _cuda_timer if device.type == "cuda" else _cpu_timer
-            timings: dict[str, list[float]] = {name: [] for name in missing}
-            for repeat in range(WARMUP + REPEATS):
-                passes = _run(module, inputs, timer)
-                for node, seconds in ((node, result) for node, result, _ in passes if node.name in missing):
-                    if repeat >= WARMUP:
-                        timings[node.name].append(seconds)
-            fresh = {signatures[name]: statistics.median(values) for name, values in timings.items()}
-            _store(cache_file, fresh)
-    costs = {name: (cache | fresh)[signature] if name in allocating else 0.0 for name, signature in signatures.items()}
-    log.info("profiled %d ops: %d timed, the rest from %s", len(costs), len(missing), cache_file)
-    return costs
+        with _one_thread():
+            seconds = _cached(
+                cache_directory() / f"{device_key(device)}.json",
+                signatures,
+                allocating,
+                lambda missing: _time(module, inputs, device, missing),
+            )
+        scratch = _cached(
+            cache_directory() / f"scratch-{device_key(device, torch.get_num_threads())}.json",
+            signatures,
+            allocating,
+            lambda missing: _scratch(module, inputs, device, missing),
+        )
+    return OpProfile(costs=seconds, scratch_bytes={name: int(value) for name, value in scratch.items()})
 
 
-def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], timer: Any) -> Any:
+def _cached(path: Path, signatures: dict[str, str], allocating: frozenset[str], measure: Measure) -> dict[str, float]:
+    """The value of every call node: 0 for ops that allocate nothing, else from the cache file at `path`, measuring
+    (and storing) the allocating ops whose signature it lacks."""
+    cache = _load(path)
+    missing = {name for name in allocating if signatures[name] not in cache}
+    fresh = {signatures[name]: value for name, value in measure(missing).items()} if missing else {}
+    if fresh:
+        _store(path, fresh)
+    log.info("profile %s: %d ops measured, the rest from the cache", path.name, len(missing))
+    known = cache | fresh
+    return {name: known[signature] if name in allocating else 0.0 for name, signature in signatures.items()}
+
+
+def _time(
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str]
+) -> dict[str, float]:
+    """Median seconds of each op in `missing` over `REPEATS` passes, after `WARMUP` passes."""
+    timer = _cuda_timer if device.type == "cuda" else _cpu_timer
+    timings: dict[str, list[float]] = {name: [] for name in missing}
+    for repeat in range(WARMUP + REPEATS):
+        for node, seconds in _run(module, inputs, timer):
+            if node.name in missing and repeat >= WARMUP:
+                timings[node.name].append(seconds)
+    return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], measure: Any) -> Iterator[Any]:
     """Run the graph op by op on real tensors, freeing each value after its last use.
 
-    Yields `(node, args, kwargs)` for each call node when `timer` is None; otherwise runs each op
-    through `timer(node, args, kwargs)`, which returns seconds, and yields `(node, seconds, None)`.
+    Yields `(node, args, kwargs)` for each call node when `measure` is None; otherwise runs each op
+    through `measure(node, args, kwargs)`, which returns the op's result and a measurement, and yields
+    `(node, measurement)`.
     """
     nodes = list(module.graph.nodes)
     last_use = {argument: index for index, node in enumerate(nodes) for argument in node.all_input_nodes}
@@ -125,12 +184,12 @@ def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], timer: An
             env[node] = getattr(module, str(node.target))
         elif node.op == "call_function":
             args, kwargs = pytree.tree_map_only(torch.fx.Node, env.__getitem__, (node.args, node.kwargs))
-            if timer is None:
+            if measure is None:
                 yield node, args, kwargs
-                env[node] = node.target(*args, **kwargs)
+                env[node] = _call(node, args, kwargs)
             else:
-                env[node], seconds = timer(node.target, args, kwargs)
-                yield node, seconds, None
+                env[node], measurement = measure(node, args, kwargs)
+                yield node, measurement
             stride = traced_stride(node)
             if stride is not None:
                 env[node] = conform_layout(env[node], stride)
@@ -139,23 +198,78 @@ def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], timer: An
                 del env[argument]
 
 
-def _cpu_timer(target: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, float]:
+def _call(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+    """Run a call node's op (a `call_function` node's target is callable)."""
+    return cast(Callable[..., Any], node.target)(*args, **kwargs)
+
+
+def _cpu_timer(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, float]:
     started = time.perf_counter()
-    result = target(*args, **kwargs)
+    result = _call(node, args, kwargs)
     return result, time.perf_counter() - started
 
 
-def _cuda_timer(target: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, float]:
+def _cuda_timer(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, float]:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    result = target(*args, **kwargs)
+    result = _call(node, args, kwargs)
     end.record()
     torch.cuda.synchronize()
     return result, start.elapsed_time(end) / 1000.0
 
 
+def _scratch(
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str]
+) -> dict[str, float]:
+    """Scratch bytes of each op in `missing`, from one pass over the graph."""
+    if device.type == "cuda":
+        measure = functools.partial(_cuda_scratch, device)
+        return {node.name: value for node, value in _run(module, inputs, measure) if node.name in missing}
+    return _cpu_scratch(module, inputs, missing)
+
+
+def _cuda_scratch(device: torch.device, node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, int]:
+    """Run the op; its scratch is the allocator's peak during it above what it holds when the op returns."""
+    torch.cuda.reset_peak_memory_stats(device)
+    result = _call(node, args, kwargs)
+    return result, max(0, torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device))
+
+
+def _cpu_scratch(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], missing: set[str]) -> dict[str, float]:
+    """Run the graph under the memory profiler, each op in its own span, and read each op's scratch from the
+    allocation events inside its span: the highest running total minus the running total after its last event."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        for _ in _run(module, inputs, _in_span):
+            pass
+    events = allocation_events(profiler.profiler.kineto_results.experimental_event_tree())
+    times = [time_ns for time_ns, _, _ in events]
+    scratch: dict[str, float] = {}
+    for name, (start, end) in _spans(profiler.profiler.kineto_results.experimental_event_tree()).items():
+        if name in missing:
+            inside = events[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
+            totals = [total for _, _, total in inside]
+            scratch[name] = max(totals) - totals[-1] if totals else 0
+    return scratch
+
+
+def _in_span(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, None]:
+    with torch.profiler.record_function(_SPAN_PREFIX + node.name):
+        return _call(node, args, kwargs), None
+
+
+def _spans(roots: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """fx name -> (start, end) in ns of the op's `record_function` span."""
+    return {
+        event.name.removeprefix(_SPAN_PREFIX): (event.start_time_ns, event.end_time_ns)
+        for event in walk(roots)
+        if event.name.startswith(_SPAN_PREFIX)
+    }
+
+
 @contextmanager
-def _one_thread() -> Any:
+def _one_thread() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -165,11 +279,19 @@ def _one_thread() -> Any:
 
 
 def _load(path: Path) -> dict[str, float]:
+    """The cache file's entries (signature -> number); a missing or unreadable file, or an entry that is not a
+    number, reads as missing."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return {str(key): float(value) for key, value in data.items()} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(key): float(value)
+        for key, value in data.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def _store(path: Path, fresh: dict[str, float]) -> None:

@@ -90,6 +90,7 @@ def compile(
     cache: bool = True,
     replan: bool = True,
     measure_memory: str = "first",
+    gradient_memory: str = "whole_step",
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -109,6 +110,10 @@ def compile(
         replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
         measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
             "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
+        gradient_memory: "whole_step" plans for gradients held all through the step (`.grad`s kept from earlier
+            steps, gradient accumulation); "when_made" counts each gradient from the op that makes it, which lowers
+            the forward pass's peak by the gradients' bytes, and needs every `.grad` to be None when the step is
+            called (`optimizer.zero_grad()`, whose default sets them to None), else the call raises ExecutionError.
         **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
             time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
             the best found, and `step.plan.status` says whether it was proven optimal.
@@ -133,7 +138,7 @@ def compile(
         budget=budget,
         method=method,
         solve_options=dict(solve_options),
-        capture_options={"cost_model": cost_model, "max_nodes": max_nodes},
+        capture_options={"cost_model": cost_model, "max_nodes": max_nodes, "gradient_memory": gradient_memory},
         cache=cache,
         replan=replan,
         measure_memory=measure_memory,
@@ -254,11 +259,28 @@ class CompiledStep:
         leaves, spec = pytree.tree_flatten(tuple(batch))
         signature = batch_signature(leaves, spec)
         compiled = self._compiled.get(signature) or self._replan(batch, signature)
+        self._check_gradients_start_empty(compiled)
         self._current = signature
         measure = self._settings.measure_memory == "every" or (
             self._settings.measure_memory == "first" and signature not in self._measured_peak
         )
         return self._run(compiled, leaves, measure)
+
+    def _check_gradients_start_empty(self, compiled: Compiled) -> None:
+        """A plan that counts gradients from the ops that make them has no room for `.grad`s held from before."""
+        if self._settings.capture_options["gradient_memory"] != "when_made":
+            return
+        held = [
+            name
+            for (module, slot), name in zip(compiled.parameter_slots, compiled.captured.parameter_names, strict=True)
+            if getattr(module, slot).grad is not None
+        ]
+        if held:
+            raise ExecutionError(
+                f"this step was compiled with gradient_memory='when_made', which plans for no `.grad` at the start of "
+                f"a step, and {len(held)} parameters have one (first: {held[0]!r}): call optimizer.zero_grad() "
+                "(set_to_none=True, its default) before each step, or compile with gradient_memory='whole_step'"
+            )
 
     def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
         planned = self.captured
