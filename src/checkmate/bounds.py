@@ -23,6 +23,7 @@ from checkmate.plan import Plan, make_plan
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class BudgetRange:
     """The smallest feasible budget lies in [lower, upper] bytes (upper: the peak of a plan found; None if none)."""

@@ -66,9 +66,7 @@ def _problem() -> MilpProblem:
 
 
 @pytest.mark.parametrize(("fail_at", "message"), [("build", "cannot start"), ("optimize", "stopped while solving")])
-def test_gurobi_errors_become_solver_unavailable(
-    monkeypatch: pytest.MonkeyPatch, fail_at: str, message: str
-) -> None:
+def test_gurobi_errors_become_solver_unavailable(monkeypatch: pytest.MonkeyPatch, fail_at: str, message: str) -> None:
     monkeypatch.setitem(sys.modules, "gurobipy", _stand_in(fail_at))
     monkeypatch.setattr(GurobiBackend, "is_available", lambda self: True)
     with pytest.raises(SolverUnavailable, match=message) as caught:

@@ -55,6 +55,7 @@ def test_ray_gives_the_numbers_local_processes_give(tmp_path: Path, capsys: pyte
     # Equal-cost optima may differ in peak, so optimal's rows are compared by status and cost (proven optimal).
     keys = ("model", "method", "budget", "status", "cost", "overhead")
     assert [{key: row[key] for key in keys} for row in remote] == [{key: row[key] for key in keys} for row in local]
+
     def baselines(rows: list[dict[str, object]]) -> list[dict[str, object]]:
         return [{k: v for k, v in row.items() if k != "seconds"} for row in rows if row["method"] != "optimal"]
 
