@@ -33,8 +33,9 @@ class Node:
             They differ when the op makes values that leave the step, such as a parameter gradient: the first
             run's copy is counted in the fixed memory (or in `retained`), a recomputation's copy is a temporary.
         retained: bytes the op's first run leaves alive until the step ends, outside the plan's control: the
-            parameter gradients it makes when `.grad` starts each step empty. They count from the moment the op
-            first runs (its stage) to the end, in every peak; 0 when gradients are in the fixed memory.
+            parameter gradients it makes when `.grad` starts each step empty, and the random generator state a
+            random op saves to replay when recomputed. They count from the moment the op first runs (its stage)
+            to the end, in every peak.
     """
 
     name: str

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from checkmate.torch_capture import random_state_bytes
 from checkmate.training.compiled import CompiledStep
 
 
@@ -40,13 +41,16 @@ def assert_same_state(model: nn.Module, reference: nn.Module, context: str, *, e
 def assert_within_plan(step: CompiledStep, *, accumulating: bool) -> None:
     """The measured peak of the last step is at most the plan's. When the step accumulated into existing `.grad`s,
     every gradient was live for the whole step as the plan's fixed memory assumes, so there the plan must also be
-    close (within 10 %); a step from `.grad = None` makes gradients one by one and may measure well below."""
+    close (within 10 %, less the generator states the plan charges to random nodes, which the meter does not see);
+    a step from `.grad = None` makes gradients one by one and may measure well below."""
     report = step.report()
     assert report.measured_peak is not None
     assert step.plan.budget is None or report.planned_peak <= report.budget
     assert report.measured_peak <= report.planned_peak, f"measured {report.measured_peak} above {report.planned_peak}"
     if accumulating:
-        assert report.measured_peak >= 0.9 * report.planned_peak, "the plan's memory model should not be loose either"
+        # the meter sees tensors made by ATen ops; the random states the plan charges to each random node are not
+        random_states = len(step.captured.random_nodes) * random_state_bytes(torch.device("cpu"))
+        assert report.measured_peak >= 0.9 * (report.planned_peak - random_states), "the plan should not be loose"
 
 
 def compare_steps(

@@ -25,9 +25,10 @@ from checkmate.torch_capture import capture
 from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.torch_capture.profile import _load, profile_per_op
 
-# Conv -> BatchNorm -> ReLU -> Conv on 8 images of 32x32: CPU convolution_backward allocates about 1.5 MiB of
-# scratch and BatchNorm's backward 0.5 MiB, next to activations of 0.5 MiB each.
+# Conv -> BatchNorm -> ReLU -> Conv on 8 images of 32x32: CPU convolution_backward allocates 1 MiB of scratch with
+# one thread (1.5 MiB with two) and BatchNorm's backward 0.5 MiB, next to activations of 0.5 MiB each.
 BATCH, CHANNELS, SIDE = 8, 16, 32
+SCRATCH_FLOOR = 2**20  # convolution_backward's scratch here at any thread count
 
 
 def conv_net() -> tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor]]:
@@ -85,7 +86,7 @@ def test_profiled_scratch_of_convolution_backward_matches_a_single_call() -> Non
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda argument: _real(argument.meta["val"]))
     node.target(*args, **kwargs)  # warm-up, as the profile pass runs after the timing passes
     direct = allocator_scratch(lambda: node.target(*args, **kwargs))
-    assert direct > 2**20, "this net's convolution backward should need over 1 MiB of scratch"
+    assert direct >= SCRATCH_FLOOR, "this net's convolution backward should need 1 MiB of scratch or more"
     assert profiled["convolution_backward"] == pytest.approx(direct, rel=0.03)
 
 
@@ -93,7 +94,7 @@ def test_workspace_of_the_node_running_convolution_backward_covers_its_scratch()
     model, loss_fn, batch = conv_net()
     captured = capture(model, loss_fn, batch, cost_model="profile")
     scratch = _profile_of(captured, model, batch).scratch_bytes
-    assert scratch["convolution_backward"] > 2**20
+    assert scratch["convolution_backward"] >= SCRATCH_FLOOR
     for fx_name in ("convolution_backward", "native_batch_norm_backward"):
         index = next(index for index, members in enumerate(captured.members) if fx_name in members)
         assert captured.graph.nodes[index].workspace >= scratch[fx_name], fx_name
@@ -104,7 +105,7 @@ def test_flops_model_runs_nothing_and_counts_no_scratch() -> None:
     by_flops = capture(model, loss_fn, batch, cost_model="flops")
     by_profile = capture(model, loss_fn, batch, cost_model="profile")
     index = next(index for index, members in enumerate(by_flops.members) if "convolution_backward" in members)
-    assert by_flops.graph.nodes[index].workspace < by_profile.graph.nodes[index].workspace - 2**20
+    assert by_flops.graph.nodes[index].workspace <= by_profile.graph.nodes[index].workspace - SCRATCH_FLOOR
 
 
 def test_scratch_is_cached_apart_from_timings_and_old_entries_read_as_missing(tmp_path: Path) -> None:
@@ -112,12 +113,12 @@ def test_scratch_is_cached_apart_from_timings_and_old_entries_read_as_missing(tm
     capture(model, loss_fn, batch, cost_model="profile")
     (scratch_file,) = (tmp_path / "profiles").glob("scratch-*.json")
     assert f"{torch.get_num_threads()}thread" in scratch_file.name
-    assert max(_load(scratch_file).values()) > 2**20
+    assert max(_load(scratch_file).values()) >= SCRATCH_FLOOR
     scratch_file.write_text('{"an old signature": [1, 2], "another": "text", "flag": true}')
     assert _load(scratch_file) == {}
     again = capture(model, loss_fn, batch, cost_model="profile")
-    assert max(_load(scratch_file).values()) > 2**20, "missing entries are measured again"
-    assert any(node.workspace > 2**20 for node in again.graph.nodes)
+    assert max(_load(scratch_file).values()) >= SCRATCH_FLOOR, "missing entries are measured again"
+    assert any(node.workspace >= SCRATCH_FLOOR for node in again.graph.nodes)
 
 
 @pytest.mark.parametrize("budget", [1.0, 0.9])

@@ -152,10 +152,11 @@ MODELS: dict[str, Callable[[], Built]] = {
     "llama": _llama,
 }
 # Tight budgets, as fractions of the no-remat peak: each is a little above the lowest peak of a baseline plan
-# (gpt2 0.665, bert 0.678, vit 0.738, t5 0.694, llama 0.683), so a plan exists whatever the solver reaches in
+# (gpt2 0.686, bert 0.708, vit 0.747, t5 0.749, llama 0.692; the 5 KB generator state each dropout retains counts
+# in these small models), so a plan exists whatever the solver reaches in
 # TIME_LIMIT. The HF ResNet's stem (7x7 convolution, BatchNorm and max-pool at full resolution) keeps every
 # schedule above 0.89 of its peak (`checkmate.minimum_budget`).
-TIGHT = {"gpt2": 0.7, "bert": 0.72, "vit": 0.76, "t5": 0.73, "resnet": 0.92, "llama": 0.73}
+TIGHT = {"gpt2": 0.7, "bert": 0.72, "vit": 0.76, "t5": 0.76, "resnet": 0.92, "llama": 0.73}
 # AOTAutograd decomposes SiLU's backward into sigmoid arithmetic, where eager calls the fused silu_backward kernel:
 # Llama's gradients agree with eager's to float32 rounding (2e-8 at most here), not bit for bit.
 ROUNDING_ONLY = {"llama"}

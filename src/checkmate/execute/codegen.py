@@ -36,7 +36,8 @@ where the interpreter of the plan would drop it, and nothing else refers to it.
   taken right after they are made, on the node's first computation only (stage == node), so a recomputation cannot
   count twice. A recomputation that exports the loss or a buffer update swaps the first run's tensor in: the plan
   counts that tensor once, in the fixed memory, and the recomputed one dies with the node.
-* A random node saves the CPU (and CUDA) generator state before its first computation and replays it inside
+* A random node that the schedule computes again saves the CPU (and CUDA) generator state before its first
+  computation (the plan counts that state as retained by every random node) and replays it inside
   `torch.random.fork_rng` when recomputed: the recomputed masks equal the first ones and the global stream advances
   exactly as in eager mode.
 * A value with a traced stride that came out laid out otherwise is replaced by `conform(value, stride, name)`.
@@ -211,6 +212,7 @@ class _StepWriter:
         self.operation_lines: dict[int, list[tuple[Operation, list[str]]]] = {}
         self.holds = 0
         self.loss_taken = False
+        self.replayed = {step.node for step in source.steps if isinstance(step, Compute) and step.stage != step.node}
 
     def compute(self, index: int, stage: int) -> None:
         node = self.source.nodes[index]
@@ -219,9 +221,9 @@ class _StepWriter:
         if self.copies[index] and node.exports:
             self._hold(index, node)
         indent = _BODY
-        if node.random and first:
+        if node.random and first and index in self.replayed:
             self._emit(f"{_BODY}rng_{index} = save_random_state(cuda_devices)")
-        elif node.random:
+        elif node.random and not first:
             self._emit(f"{_BODY}with replayed(rng_{index}, cuda_devices):")
             indent += "    "
         for operation, lines in self._operation_lines(index):

@@ -75,10 +75,11 @@ def capture(
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     per_op = _per_op_costs(trace, groups, model, batch, cost_model)
     retain_gradients = gradient_memory == "when_made"
-    layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients)
+    device = model_device(model)
+    layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients, device)
     if max_nodes is not None and layout.graph.size > max_nodes:
         groups = merge_groups(layout.graph, groups, max_nodes)
-        layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients)
+        layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients, device)
     log.info(
         "captured %d planning nodes from %d fx nodes in %.2f s",
         layout.graph.size,
@@ -133,7 +134,12 @@ def _per_op_costs(
 
 
 def _layout(
-    trace: Trace, groups: list[list[str]], per_op: OpProfile, optimizer_state_bytes: int, retain_gradients: bool
+    trace: Trace,
+    groups: list[list[str]],
+    per_op: OpProfile,
+    optimizer_state_bytes: int,
+    retain_gradients: bool,
+    device: torch.device,
 ) -> Layout:
     leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
     return build_layout(
@@ -146,4 +152,11 @@ def _layout(
         extra_fixed_memory=optimizer_state_bytes,
         scratch=per_op.scratch_bytes,
         retain_gradients=retain_gradients,
+        random_state_bytes=random_state_bytes(device),
     )
+
+
+def random_state_bytes(device: torch.device) -> int:
+    """Bytes on `device` of the random state the executor saves for a random node: the CPU generator's state (5056
+    bytes) on CPU; on CUDA, nothing (the saved states are host tensors)."""
+    return int(torch.get_rng_state().numel()) if device.type == "cpu" else 0

@@ -59,6 +59,7 @@ def build_layout(
     extra_fixed_memory: int = 0,
     scratch: Mapping[str, int] | None = None,
     retain_gradients: bool = False,
+    random_state_bytes: int = 0,
 ) -> Layout:
     """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
 
@@ -68,6 +69,8 @@ def build_layout(
     `scratch` (fx name -> bytes; absent means 0) is what each op holds inside its kernel while it runs.
     With `retain_gradients` (a step whose `.grad`s start empty) the gradients leave the fixed memory and each
     planning node retains the gradients it makes (`Node.retained`), from its first run to the end of the step.
+    A random node also retains `random_state_bytes`: the executor saves the generator's state before its first run,
+    to replay it when the node is recomputed, and keeps it to the end of the step.
     """
     scratch = scratch or {}
     nodes_by_name = {node.name: node for node in module.graph.nodes}
@@ -81,7 +84,10 @@ def build_layout(
     held = sources | _storages_of(fixed_outputs - gradients, owners.table)
     gradient_storages = _storages_of(gradients, owners.table)
     excluded = held | gradient_storages
-    retained = _retained_bytes(gradients, group_of, owners.table, held) if retain_gradients else {}
+    retained_gradients = _retained_bytes(gradients, group_of, owners.table, held) if retain_gradients else {}
+    random_nodes = frozenset(
+        index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
+    )
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
@@ -100,18 +106,15 @@ def build_layout(
                 inputs=tuple(sorted(inputs[index])),
                 workspace=workspace,
                 recompute_workspace=None if again == workspace else again,
-                retained=retained.get(index, 0),
+                retained=retained_gradients.get(index, 0) + (random_state_bytes if index in random_nodes else 0),
             )
         )
+    fixed_memory = sum(excluded.values()) - sum(retained_gradients.values()) + extra_fixed_memory
     return Layout(
-        graph=Graph(
-            tuple(graph_nodes), fixed_memory=sum(excluded.values()) - sum(retained.values()) + extra_fixed_memory
-        ),
+        graph=Graph(tuple(graph_nodes), fixed_memory=fixed_memory),
         members=tuple(tuple(names) for names in groups),
         exports=tuple(tuple(sorted(names, key=order.__getitem__)) for names in exports),
-        random_nodes=frozenset(
-            index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
-        ),
+        random_nodes=random_nodes,
     )
 
 
