@@ -3,17 +3,21 @@
 What is counted, and why it is comparable with `Plan.peak_memory`:
 
 * The plan's peak is the graph's fixed memory (parameters, buffers, the batch, gradients and buffer
-  updates) plus the exported values of the live graph nodes, each storage once, views free.
+  updates) plus the exported values of the live graph nodes, each storage once, views free, plus what the
+  nodes run so far retain (gradients under `gradient_memory="when_made"`, saved generator states).
 * The measurement starts from the distinct storages of the tensors that are live when the step starts
   and that the plan counts as fixed (`baseline`: parameters, buffers, the batch, existing `.grad`s)
   and adds every storage the step allocates while it is alive.
 
 On CPU a TorchDispatchMode sees every ATen op's outputs as they are made; a new storage is counted
-at once and uncounted by a weakref finalizer when it dies, so the peak is exact at op granularity
-(kernel-internal scratch space is invisible, as it is to the plan). On CUDA the figure is
+at once and uncounted by a weakref finalizer when it dies, so the peak is exact at op granularity. It does
+not see memory a kernel allocates and frees inside itself, nor generator states saved outside ATen ops; the
+plan counts both (scratch under the "profile" cost model), so on CPU this meter reads at or below the plan by
+them (`checkmate.torch_capture.allocator.allocator_peak` reads the allocator itself). On CUDA the figure is
 `torch.cuda.max_memory_allocated` over the step, minus what was allocated before it, plus the
 baseline: it includes the caching allocator's rounding to 512-byte blocks and library workspaces
-(cuDNN, cuBLAS), which the plan does not model, so there it can exceed the plan's peak.
+(cuDNN, cuBLAS), which the plan counts only as far as the profiled per-op scratch saw them, so there it can
+exceed the plan's peak.
 
 Values computed inside a node and not exported are alive while the node runs, and a gradient accumulated
 into an existing `.grad` is alive beside it until it has been added; the plan counts both in the node's
