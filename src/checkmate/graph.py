@@ -99,10 +99,15 @@ class Graph:
         return np.array([node.retained for node in self.nodes], dtype=np.int64)
 
     @cached_property
+    def retained_through(self) -> np.ndarray:
+        """int64[n]: bytes nodes 0..t retain, held from the moment node t first runs (cumulative `retained`)."""
+        return np.cumsum(self.retained).astype(np.int64)
+
+    @cached_property
     def held_before_stage(self) -> np.ndarray:
         """int64[n]: bytes outside the plan held throughout stage t until node t first runs: the fixed memory and
         what nodes 0..t-1 retain. While node t runs in its own stage, and after, add `retained[t]`."""
-        return self.fixed_memory + np.concatenate([[0], np.cumsum(self.retained)[:-1]]).astype(np.int64)
+        return self.fixed_memory + self.retained_through - self.retained
 
     @cached_property
     def is_backward(self) -> np.ndarray:

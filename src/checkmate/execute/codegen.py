@@ -261,7 +261,7 @@ class _StepWriter:
         head = ["def step(inputs, on_gradient):"]
         if source.placeholders:
             head.append("    " + "".join(f"{self.variables.of(name)}, " for name in source.placeholders) + "= inputs")
-        if any(node.random for node in source.nodes):
+        if self.replayed & {index for index, node in enumerate(source.nodes) if node.random}:
             head.append("    cuda_devices = cuda_devices_of(inputs)")
         head += ["    loss = None", *(f"    {update} = None" for update in updates), "    try:"]
         tail = [

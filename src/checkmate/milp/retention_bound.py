@@ -219,7 +219,7 @@ def _stage_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.ndarr
     Raises InfeasibleBudget when base_t alone exceeds the capacity: then no plan fits.
     """
     T = graph.size
-    base = graph.memory + graph.workspace + inputs_bytes + np.cumsum(graph.retained)
+    base = graph.memory + graph.workspace + inputs_bytes + graph.retained_through
     if base.max(initial=0) > capacity:
         t = int(np.argmax(base))
         raise _infeasible(
@@ -261,7 +261,7 @@ def _recompute_rows(graph: Graph, gaps: _Gaps, capacity: int, inputs_bytes: np.n
     """
     count = gaps.node.size
     node = gaps.node
-    base = graph.memory[node] + graph.recompute_workspace[node] + inputs_bytes[node] + np.cumsum(graph.retained)[gaps.a]
+    base = graph.memory[node] + graph.recompute_workspace[node] + inputs_bytes[node] + graph.retained_through[gaps.a]
     fixed_zero = base > capacity
     edge_keys = graph.edges[:, 0] * graph.size + graph.edges[:, 1]
     sizes = graph.memory[node]

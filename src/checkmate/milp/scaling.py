@@ -61,7 +61,8 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
     divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
     largest = int(positive.max()) if positive.size else 0
     unit = divisor if largest // divisor <= resolution else math.ceil(largest / resolution)
-    before, through = _retained_bytes(graph)
+    through = graph.retained_through
+    before = through - graph.retained
     return MemoryScale(
         unit=unit,
         sizes=(-(-graph.memory // unit)).astype(np.int64),
@@ -73,17 +74,12 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
     )
 
 
-def _retained_bytes(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """int64[T] twice: bytes retained by nodes before t, and by nodes up to t."""
-    through = np.cumsum(graph.retained).astype(np.int64)
-    return through - graph.retained, through
-
-
 def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
     """Sizes rounded down instead of up: a relaxation whose proven bounds are valid for the byte problem."""
     if scale.exact:
         return scale
-    before, through = _retained_bytes(graph)
+    through = graph.retained_through
+    before = through - graph.retained
     return MemoryScale(
         unit=scale.unit,
         sizes=graph.memory // scale.unit,

@@ -88,11 +88,11 @@ def build_layout(
     random_nodes = frozenset(
         index for index, names in enumerate(groups) if any(is_random(nodes_by_name[name]) for name in names)
     )
+    first_run_excluded = excluded if retain_gradients else held  # retained gradients are not workspace
     loss_group = group_of[loss]
     graph_nodes = []
     for index, names in enumerate(groups):
         memory = _export_bytes(exports[index], owners.table, excluded)
-        first_run_excluded = excluded if retain_gradients else held
         workspace = max(
             0, _running_peak(names, exports[index], nodes_by_name, owners.table, first_run_excluded, scratch) - memory
         )
