@@ -101,14 +101,15 @@ def ours_candidates(
 ) -> list[Candidate]:
     """`checkmate.compile` with `optimal` and `approx` at each level (a peer's measured peak), fitted to the meter."""
     return [
-        fit_ours(setting, level, method, (meter, reference), peers)
+        fit_ours(setting, level, (method, executor), (meter, reference), peers)
         for level, peers in sorted(levels.items(), reverse=True)
+        for executor in setting.args.executors
         for method in setting.args.methods
     ]
 
 
 def fit_ours(
-    setting: Setting, level: int, method: str, checks: tuple[Meter, list[torch.Tensor]], peers: list[str]
+    setting: Setting, level: int, how: tuple[str, str], checks: tuple[Meter, list[torch.Tensor]], peers: list[str]
 ) -> Candidate:
     """Ours at `level`: plan with the level as the budget, run it once (gradients checked) and measure it on the one
     meter. While the meter reads above the level (memory the plan does not model, such as kernel scratch under a
@@ -118,7 +119,7 @@ def fit_ours(
     budget, history, setup = level, [], 0.0
     kept: Candidate | None = None
     for _ in range(setting.args.fit_iterations + 1):
-        candidate = plan_ours(setting, budget, method, level)
+        candidate = plan_ours(setting, budget, how, level)
         setup += candidate.setup_s or 0.0
         if not candidate.note:
             first_call(candidate, setting, reference)
@@ -148,20 +149,23 @@ def _mib(value: float | None) -> str:
     return "?" if value is None else f"{value / 2**20:.2f}"
 
 
-def plan_ours(setting: Setting, budget: int, method: str, level: int) -> Candidate:
-    """`checkmate.compile` at `budget` bytes (profiled op costs, plans cached on disk); not yet called."""
+def plan_ours(setting: Setting, budget: int, how: tuple[str, str], level: int) -> Candidate:
+    """`checkmate.compile` at `budget` bytes with (method, executor) (profiled op costs, plans cached on disk); not
+    yet called. The tool is "ours (method)" on the eager executor, "ours+inductor (method)" on Inductor."""
     args = setting.args
+    method, executor = how
     model = copy.deepcopy(setting.model)
     config = f"{method} at {_mib(level)} MiB"
+    tool = f"ours ({method})" if executor == "eager" else f"ours+{executor} ({method})"
     started = time.perf_counter()
     try:
         step = checkmate.compile(
             model, setting.loss_fn, setting.batch, budget=int(budget), method=method,
             cost_model=args.cost_model, time_limit=args.time_limit, measure_memory="first",
-            gradient_memory=args.gradient_memory,
+            gradient_memory=args.gradient_memory, executor=executor,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
-        failed = Candidate(f"ours ({method})", config, model, lambda: None, knob=level, budget=int(budget))
+        failed = Candidate(tool, config, model, lambda: None, knob=level, budget=int(budget))
         failed.note = _describe_failure(error)
         failed.setup_s = time.perf_counter() - started
         return failed
@@ -169,7 +173,7 @@ def plan_ours(setting: Setting, budget: int, method: str, level: int) -> Candida
     def run() -> None:
         step(*setting.batch)
 
-    candidate = Candidate(f"ours ({method})", config, model, run, knob=level, budget=int(budget))
+    candidate = Candidate(tool, config, model, run, knob=level, budget=int(budget))
     candidate.setup_s, candidate.solve_s = time.perf_counter() - started, step.plan.solve_time
     candidate.predicted_peak = step.plan.peak_memory
     candidate.extra.update(status=step.plan.status, step=step)
@@ -351,6 +355,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--models", nargs="*", help="names (or prefixes) of the models to run; default all")
     parser.add_argument("--tools", nargs="*", default=list(PEER_TOOLS), choices=list(PEER_TOOLS))
     parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
+    parser.add_argument(
+        "--executors", nargs="*", default=["eager", "inductor"], choices=("eager", "inductor"),
+        help="executors of ours: ATen ops (eager) and Inductor-compiled nodes",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (median)")
     parser.add_argument("--time-limit", type=float, help="seconds per solve of ours (default 45, quick 10)")
     parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))

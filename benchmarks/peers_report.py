@@ -258,6 +258,8 @@ TOOL_STYLE = {
     "torch.compile": ("tab:orange", "^"),
     "ours (optimal)": ("tab:green", "D"),
     "ours (approx)": ("tab:olive", "v"),
+    "ours+inductor (optimal)": ("tab:red", "P"),
+    "ours+inductor (approx)": ("tab:pink", "X"),
 }
 
 

@@ -33,8 +33,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from checkmate.torch_capture.allocator import peak_above_start
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +99,17 @@ class _LiveStorages(TorchDispatchMode):
 
 
 @contextmanager
-def measure_peak(device: torch.device, baseline: Sequence[torch.Tensor]) -> Iterator[PeakMeter]:
+def measure_peak(
+    device: torch.device, baseline: Sequence[torch.Tensor], *, allocator: bool = False
+) -> Iterator[PeakMeter]:
     """Measure the peak of live tensor bytes inside the `with` block.
 
     Args:
         device: where the step runs ("cpu" counts allocations as they happen; "cuda" reads the allocator).
         baseline: the tensors alive at the start that the plan counts as fixed memory.
+        allocator: on CPU, read the allocator's own events (`checkmate.torch_capture.allocator`) instead of
+            watching ATen ops: it also sees kernel scratch and what compiled code allocates outside the dispatcher
+            (Inductor's buffers), at the price of a profiler session.
 
     Example:
         >>> with measure_peak(torch.device("cpu"), list(model.parameters())) as meter:
@@ -112,6 +120,11 @@ def measure_peak(device: torch.device, baseline: Sequence[torch.Tensor]) -> Iter
     if device.type == "cuda":
         with _measure_cuda(device, baseline, meter):
             yield meter
+        return
+    if allocator:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+            yield meter
+        meter.peak_bytes = peak_above_start(profiler) + storage_bytes(baseline)
         return
     mode = _LiveStorages(baseline)
     try:

@@ -10,8 +10,9 @@ Stages, each a function of the previous one's output:
 2. `grouping`: views, `getitem`, `detach` and the outputs of multi-output ops join the op that
    allocated their storage, so each planning node is one op that allocates memory.
 3. `costs` / `profile`: price each op ("unit", "flops" or "profile").
-4. `merge` (when `max_nodes` is given): merge cheap neighbouring nodes.
-5. `layout`: edges, exported values and memory of each planning node, and the fixed memory.
+4. `fusion` (with `fused=True`): ops that Inductor fuses into one kernel become one node.
+5. `merge` (when `max_nodes` is given): merge cheap neighbouring nodes.
+6. `layout`: edges, exported values and memory of each planning node, and the fixed memory.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import nn
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
+from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.torch_capture.layout import Layout, build_layout
 from checkmate.torch_capture.merge import merge_groups
@@ -47,6 +49,7 @@ def capture(
     max_nodes: int | None = None,
     optimizer_state_bytes: int = 0,
     gradient_memory: str = "whole_step",
+    fused: bool = False,
 ) -> Captured:
     """Capture one training step of `model` as a planning graph and the fx graph that executes it.
 
@@ -63,6 +66,8 @@ def capture(
         gradient_memory: "whole_step" counts parameter gradients in the fixed memory, for the whole step (a step
             that adds into `.grad`s kept from earlier steps); "when_made" counts each from the node that makes it
             to the end of the step (`.grad`s are None when the step starts, as after `optimizer.zero_grad()`).
+        fused: group ops as Inductor fuses them (`checkmate.torch_capture.fusion`): one planning node per fused
+            kernel, its inner values not counted. For plans that `checkmate.inductor` runs.
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
@@ -73,6 +78,8 @@ def capture(
     trace = trace_step(model, loss_fn, batch)
     prepare_graph(trace.module)
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
+    if fused:
+        groups = fuse_groups(trace.module.graph, groups, trace.loss)
     per_op = _per_op_costs(trace, groups, model, batch, cost_model)
     retain_gradients = gradient_memory == "when_made"
     device = model_device(model)

@@ -43,6 +43,12 @@ def allocator_peak(run: Callable[[], Any]) -> int:
     """
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         run()
+    return peak_above_start(profiler)
+
+
+def peak_above_start(profiler: profile) -> int:
+    """The most bytes the CPU allocator held during a finished profiler session above what it held at its start."""
+    assert profiler.profiler is not None and profiler.profiler.kineto_results is not None, "the session has not ended"
     events = allocation_events(profiler.profiler.kineto_results.experimental_event_tree())
     if not events:
         return 0

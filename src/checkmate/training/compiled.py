@@ -28,7 +28,7 @@ from torch.utils import _pytree as pytree
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InvalidArgument
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
-from checkmate.execute.interpreter import Program, prepare, run_schedule
+from checkmate.execute.interpreter import Program, run_schedule
 from checkmate.execute.memory import measure_peak, step_baseline
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -36,6 +36,7 @@ from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
 from checkmate.torch_capture import capture
 from checkmate.training import plan_cache
+from checkmate.training.executors import capture_options, check_executor, prepare_executor
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes, resolve_budget
 
@@ -59,6 +60,8 @@ class Settings:
     cache: bool
     replan: bool
     measure_memory: str
+    executor: str = "eager"
+    cost_model: str = "profile"
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def compile(
     replan: bool = True,
     measure_memory: str = "first",
     gradient_memory: str = "whole_step",
+    executor: str = "eager",
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -114,6 +118,9 @@ def compile(
             steps, gradient accumulation); "when_made" counts each gradient from the op that makes it, which lowers
             the forward pass's peak by the gradients' bytes, and needs every `.grad` to be None when the step is
             called (`optimizer.zero_grad()`, whose default sets them to None), else the call raises ExecutionError.
+        executor: "eager" runs each node's ATen ops (gradients bit for bit eager's); "inductor" runs each planning
+            node as one Inductor-compiled function, capture grouping ops as Inductor fuses them and the plan priced
+            by the compiled functions as measured (`checkmate.inductor`; gradients equal eager's to rounding).
         **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
             time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
             the best found, and `step.plan.status` says whether it was proven optimal.
@@ -132,16 +139,23 @@ def compile(
     """
     if measure_memory not in MEASURE_CHOICES:
         raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
+    check_executor(executor)
     if method in TIMED_METHODS:
         solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
     settings = Settings(
         budget=budget,
         method=method,
         solve_options=dict(solve_options),
-        capture_options={"cost_model": cost_model, "max_nodes": max_nodes, "gradient_memory": gradient_memory},
+        capture_options={
+            **capture_options(executor, cost_model),
+            "max_nodes": max_nodes,
+            "gradient_memory": gradient_memory,
+        },
         cache=cache,
         replan=replan,
         measure_memory=measure_memory,
+        executor=executor,
+        cost_model=cost_model,
     )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         from checkmate.data_parallel import compile_data_parallel
@@ -154,7 +168,13 @@ def compile(
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
-    captured = capture(model, loss_fn, batch, **settings.capture_options)
+    captured, program = prepare_executor(
+        settings.executor,
+        capture(model, loss_fn, batch, **settings.capture_options),
+        model,
+        batch,
+        settings.cost_model,
+    )
     no_remat = solve(captured.graph, None, method="checkpoint_all")
     budget = resolve_budget(settings.budget, no_remat.peak_memory)
     log.info(
@@ -167,7 +187,7 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     plan = _cached_solve(captured, budget, settings)
     return Compiled(
         captured,
-        prepare(captured),
+        program,
         plan,
         lower(captured.graph, plan.R, plan.S),
         no_remat,
@@ -305,7 +325,8 @@ class CompiledStep:
         _synchronize(device)
         started = time.perf_counter()
         if measure:
-            with measure_peak(device, step_baseline(self.model, leaves)) as meter:
+            allocator = self._settings.executor == "inductor"
+            with measure_peak(device, step_baseline(self.model, leaves), allocator=allocator) as meter:
                 outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
                 gradients.finish()
                 _write_buffers(buffers, outputs.buffer_updates)

@@ -1,0 +1,57 @@
+"""Plans run by Inductor's fused kernels (`checkmate.compile(..., executor="inductor")`).
+
+    captured = capture(model, loss_fn, batch, fused=True)       # one planning node per fused kernel
+    step = prepare_inductor(captured, inputs, device=device, reprice_costs=True)
+    plan = solve(step.captured.graph, budget)                   # priced by the compiled nodes as measured
+    run_schedule(step.program, lower(step.captured.graph, plan.R, plan.S), inputs, on_gradient=...)
+
+Stages: `kernels` compiles each planning node into one Inductor function (recomputations stay separate calls);
+`measure` times them and reads the allocator around each call; `pricing` puts those figures into the planning
+graph; `program` makes the executor's program call the functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from checkmate.captured import Captured
+from checkmate.execute.interpreter import Program
+from checkmate.inductor.kernels import NodeKernel, compile_kernels
+from checkmate.inductor.measure import measure_kernels
+from checkmate.inductor.pricing import priced_graph
+from checkmate.inductor.program import inductor_program
+
+
+@dataclass(frozen=True)
+class InductorStep:
+    """A captured step whose nodes run as Inductor functions.
+
+    Attributes:
+        captured: the capture, its graph priced by the compiled nodes (memory and workspace always; costs when
+            repriced, with cost_model "profile").
+        program: the executor's program calling the compiled functions.
+        kernels: each node's function.
+    """
+
+    captured: Captured
+    program: Program
+    kernels: tuple[NodeKernel, ...]
+
+
+def prepare_inductor(
+    captured: Captured, inputs: Sequence[Any], *, device: torch.device, reprice_costs: bool
+) -> InductorStep:
+    """Compile and measure every node of `captured` (inputs: parameters, buffers, batch in placeholder order)."""
+    kernels = compile_kernels(captured)
+    measures = measure_kernels(captured, kernels, inputs, device)
+    graph = priced_graph(captured, kernels, measures, reprice_costs=reprice_costs)
+    priced = dataclasses.replace(captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model)
+    return InductorStep(priced, inductor_program(priced, kernels), kernels)
+
+
+__all__ = ["InductorStep", "NodeKernel", "prepare_inductor"]

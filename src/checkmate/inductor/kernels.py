@@ -1,0 +1,171 @@
+"""Compile each planning node of a captured step into one Inductor function.
+
+A planning node's member fx ops are copied into a small ATen graph of their own: its placeholders are the values the
+node reads (parameters, buffers, batch tensors, constants, other nodes' exports) and its outputs the values it
+exports or hands out of the step (loss, gradients, buffer updates). Inductor compiles that graph (`compile_fx`:
+its decompositions, fusion into generated C++ or Triton loops, library calls for convolutions and matrix products).
+
+One compiled function per node is what keeps the plan's semantics:
+
+* A recomputation is a second call of the node's function: no common-subexpression elimination can merge it with
+  the first computation, since they are in different graphs.
+* No reordering crosses a node boundary: a value lives exactly from the call that makes it to the schedule's `del`,
+  and inside the call Inductor frees or never materializes the node's inner values.
+* Inductor's buffers inside a call are measured on the allocator (`checkmate.inductor.measure`) and planned as the
+  node's workspace, neither counted twice nor missed.
+
+Nodes that draw random numbers, and nodes Inductor fails to compile (logged), run as their ATen ops: their dropout
+masks are eager's bit for bit, and the executor replays them when it recomputes the node.
+
+The graphs are built with canonical names (`input_0`, `op_0`, ...), so nodes that do the same thing on the same
+shapes (the layers of a transformer) have the same key and share one compiled function.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch._inductor.compile_fx import compile_fx
+
+from checkmate.captured import Captured
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL = 10.0
+
+
+@dataclass(frozen=True)
+class NodeKernel:
+    """One planning node as one function: `function(*inputs)` returns the values named by `outputs`, in order.
+
+    Attributes:
+        index: the planning node.
+        inputs: fx names of the values the node reads, in argument order.
+        outputs: fx names of the values it returns: its exports and what leaves the step.
+        key: identifies the node's graph and input layouts; nodes with one key share one function.
+        module: the node's ATen graph (canonical names), run as it is when `compiled` is False.
+        function: the Inductor-compiled graph, or `module` itself.
+        compiled: whether Inductor compiled it.
+    """
+
+    index: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    key: str
+    module: torch.fx.GraphModule
+    function: Callable[..., Any]
+    compiled: bool
+
+
+def node_graphs(captured: Captured) -> list[tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]]:
+    """For each planning node: its ATen graph with canonical names, its inputs, its outputs and its key."""
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    leaving = {captured.loss, *filter(None, captured.gradients), *filter(None, captured.buffer_updates)}
+    return [
+        _node_graph(captured, fx_nodes, members, frozenset(exports) | leaving)
+        for members, exports in zip(captured.members, captured.exports, strict=True)
+    ]
+
+
+def _node_graph(
+    captured: Captured, fx_nodes: dict[str, torch.fx.Node], members: Sequence[str], returned: frozenset[str]
+) -> tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]:
+    graph = torch.fx.Graph()
+    environment: dict[str, torch.fx.Node] = {}
+    inputs: list[str] = []
+    member_set = set(members)
+
+    def argument(node: torch.fx.Node) -> torch.fx.Node:
+        if node.name not in environment:
+            placeholder = graph.placeholder(f"input_{len(inputs)}")
+            placeholder.meta = dict(node.meta)
+            environment[node.name] = placeholder
+            inputs.append(node.name)
+        return environment[node.name]
+
+    computed = [name for name in members if fx_nodes[name].op == "call_function"]
+    for position, name in enumerate(computed):
+        fx_node = fx_nodes[name]
+        for source in fx_node.all_input_nodes:
+            if source.name not in member_set:
+                argument(source)
+        args = torch.fx.node.map_arg(fx_node.args, lambda node: environment[node.name])
+        kwargs = torch.fx.node.map_arg(fx_node.kwargs, lambda node: environment[node.name])
+        copied = graph.create_node("call_function", fx_node.target, args, kwargs, name=f"op_{position}")
+        copied.meta = dict(fx_node.meta)
+        environment[name] = copied
+    outputs = tuple(name for name in computed if name in returned)
+    graph.output(tuple(environment[name] for name in outputs))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    layouts = [_describe(fx_nodes[name].meta.get("val")) for name in inputs]
+    key = hashlib.sha1(f"{module.code}|{layouts}".encode()).hexdigest()
+    return module, tuple(inputs), outputs, key
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)}:{tuple(value.stride())}:{value.dtype}:{value.device}"
+    return repr(value)
+
+
+def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
+    """Compile every planning node of `captured` (random nodes and failures stay ATen), one compile per key."""
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    started = last_report = time.perf_counter()
+    functions: dict[str, tuple[Callable[..., Any], bool]] = {}
+    kernels = []
+    graphs = node_graphs(captured)
+    for index, (module, inputs, outputs, key) in enumerate(graphs):
+        if key not in functions:
+            random = index in captured.random_nodes
+            made = None if random else _compile(module, [fx_nodes[name] for name in inputs], index)
+            functions[key] = (module, False) if made is None else (made, True)
+        function, compiled = functions[key]
+        kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
+        if time.perf_counter() - last_report > PROGRESS_INTERVAL:
+            last_report = time.perf_counter()
+            log.info(
+                "Inductor: %d of %d nodes compiled (%d distinct) in %.0f s",
+                index + 1,
+                len(graphs),
+                len(functions),
+                last_report - started,
+            )
+    failed = sum(1 for kernel in kernels if not kernel.compiled and kernel.index not in captured.random_nodes)
+    log.info(
+        "Inductor: %d nodes as %d distinct functions in %.1f s (%d random nodes and %d others run as ATen ops)",
+        len(kernels),
+        len(functions),
+        time.perf_counter() - started,
+        len(captured.random_nodes),
+        failed,
+    )
+    return tuple(kernels)
+
+
+def _compile(module: torch.fx.GraphModule, inputs: Sequence[torch.fx.Node], index: int) -> Callable[..., Any] | None:
+    """Inductor's function for `module`, or None (logged) when Inductor cannot compile it."""
+    examples = [_example(node) for node in inputs]
+    try:
+        with torch.no_grad():
+            function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
+    except Exception as error:  # Inductor raises many types; the node then runs as ATen ops, as before
+        log.warning("Inductor could not compile planning node %d; it runs as ATen ops: %s", index, error)
+        return None
+    return function
+
+
+def _example(node: torch.fx.Node) -> Any:
+    """A tensor of the traced shape, strides and dtype (contents do not matter to the compiler)."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return value
+    return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device)

@@ -1,0 +1,216 @@
+"""Measure each compiled node on real tensors: its run time, and what the allocator holds while it runs.
+
+The nodes run in graph order from the model's parameters, buffers and an example batch (each value freed after its
+last reader, as in a step without recomputation), `WARMUP` untimed passes and then `REPEATS` timed ones, at the
+step's thread count (Inductor's C++ kernels are compiled for it). A node's time is its median call. One more pass
+reads the allocator around each call: the peak above what was held when the call started (on CPU from the
+profiler's allocation events, `checkmate.torch_capture.allocator`; on CUDA `max_memory_allocated`), and the bytes
+of each storage the call returns, so the plan counts Inductor's own buffers as the node's workspace and the
+returned buffers as its memory, as they are.
+
+Measurements are cached on disk by node key (`checkmate.inductor.kernels`) and device, in
+`$CHECKMATE_CACHE_DIR/profiles/inductor-<device>.json`: a second compile of the same model measures nothing.
+The random generator's state is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from checkmate.captured import Captured
+from checkmate.inductor.kernels import NodeKernel
+from checkmate.torch_capture.allocator import allocator_peak
+from checkmate.torch_capture.profile import cache_directory, device_key
+
+log = logging.getLogger(__name__)
+
+WARMUP = 1
+REPEATS = 5
+
+
+@dataclass(frozen=True)
+class KernelMeasure:
+    """One node's function, measured.
+
+    Attributes:
+        seconds: median time of a call.
+        peak_bytes: the most the allocator held during a call above what it held when the call started.
+        output_storages: for each returned value, the index of its storage in `storage_bytes`, or -1 when it lives
+            in an input's storage (a view of an input).
+        storage_bytes: bytes of each storage the call returned.
+    """
+
+    seconds: float
+    peak_bytes: int
+    output_storages: tuple[int, ...]
+    storage_bytes: tuple[int, ...]
+
+
+def measure_kernels(
+    captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[Any], device: torch.device
+) -> tuple[KernelMeasure, ...]:
+    """Measure every node's function (once per key), from the cache where possible."""
+    path = cache_directory() / f"inductor-{device_key(device, torch.get_num_threads())}.json"
+    cached = _load(path)
+    missing = {kernel.key for kernel in kernels} - cached.keys()
+    if missing:
+        started = time.perf_counter()
+        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+            fresh = _measure(captured, kernels, inputs, device, missing)
+        log.info("Inductor: measured %d node functions in %.1f s", len(fresh), time.perf_counter() - started)
+        _store(path, fresh)
+        cached |= fresh
+    return tuple(cached[kernel.key] for kernel in kernels)
+
+
+def _measure(
+    captured: Captured,
+    kernels: Sequence[NodeKernel],
+    inputs: Sequence[Any],
+    device: torch.device,
+    missing: set[str],
+) -> dict[str, KernelMeasure]:
+    wanted = [kernel for kernel in kernels if kernel.key in missing]
+    first = {kernel.key: kernel.index for kernel in reversed(wanted)}
+    times: dict[int, list[float]] = {index: [] for index in first.values()}
+    for repeat in range(WARMUP + REPEATS):
+        for index, call in _calls(captured, kernels, inputs):
+            if index in times:
+                _synchronize(device)
+                started = time.perf_counter()
+                call()
+                _synchronize(device)
+                if repeat >= WARMUP:
+                    times[index].append(time.perf_counter() - started)
+            else:
+                call()
+    memory: dict[int, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+    for index, call in _calls(captured, kernels, inputs):
+        if index in times:
+            memory[index] = _memory(call, device)
+        else:
+            call()
+    return {key: KernelMeasure(statistics.median(times[index]), *memory[index]) for key, index in first.items()}
+
+
+def _calls(captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+    """Each node's call in graph order, as a thunk that stores its outputs; values die after their last reader."""
+    placeholders = [node.name for node in captured.module.graph.nodes if node.op == "placeholder"]
+    constants = {
+        node.name: _attribute(captured.module, str(node.target))
+        for node in captured.module.graph.nodes
+        if node.op == "get_attr"
+    }
+    values: dict[str, Any] = dict(zip(placeholders, inputs, strict=True)) | constants
+    last_reader: dict[str, int] = {}
+    for kernel in kernels:
+        for name in kernel.inputs:
+            last_reader[name] = kernel.index
+    keep = frozenset(placeholders) | constants.keys()
+
+    for kernel in kernels:
+        arguments = [values[name] for name in kernel.inputs]
+        returned: list[Any] = []
+
+        def call(kernel: NodeKernel = kernel, arguments: list[Any] = arguments, returned: list[Any] = returned) -> Any:
+            with torch.no_grad():
+                returned.append(kernel.function(*arguments))
+            return returned[-1]
+
+        yield kernel.index, call
+        del arguments
+        values.update(zip(kernel.outputs, returned[-1], strict=True))
+        for name in kernel.inputs:
+            if last_reader[name] == kernel.index and name not in keep:
+                del values[name]
+        for name in kernel.outputs:
+            if name not in last_reader and name in values:
+                del values[name]
+
+
+def _attribute(module: torch.nn.Module, target: str) -> Any:
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _memory(call: Any, device: torch.device) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """The call's allocator peak, and the storages of what it returned (-1 for an input's storage)."""
+    returned: list[Any] = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        returned.append(call())
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - start
+    else:
+        peak = allocator_peak(lambda: returned.append(call()))
+    storages: dict[int, int] = {}
+    sizes: list[int] = []
+    positions = []
+    for value in returned[0]:
+        if not isinstance(value, torch.Tensor):
+            positions.append(-1)
+            continue
+        pointer = value.untyped_storage().data_ptr()
+        if pointer not in storages:
+            storages[pointer] = len(sizes)
+            sizes.append(value.untyped_storage().nbytes())
+        positions.append(storages[pointer])
+    return peak, tuple(positions), tuple(sizes)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _load(path: Path) -> dict[str, KernelMeasure]:
+    """The cached measures; a missing or damaged file, or a malformed entry, reads as missing."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    measures = {}
+    for key, entry in data.items():
+        try:
+            measures[str(key)] = KernelMeasure(
+                float(entry["seconds"]),
+                int(entry["peak_bytes"]),
+                tuple(int(value) for value in entry["output_storages"]),
+                tuple(int(value) for value in entry["storage_bytes"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return measures
+
+
+def _store(path: Path, fresh: dict[str, KernelMeasure]) -> None:
+    """Merge `fresh` into the cache file atomically, keeping entries another process wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    merged = {
+        key: {
+            "seconds": measure.seconds,
+            "peak_bytes": measure.peak_bytes,
+            "output_storages": list(measure.output_storages),
+            "storage_bytes": list(measure.storage_bytes),
+        }
+        for key, measure in (_load(path) | fresh).items()
+    }
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        json.dump(merged, handle)
+    Path(handle.name).replace(path)

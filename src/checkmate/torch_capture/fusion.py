@@ -1,0 +1,71 @@
+"""Group the joint graph's ops as Inductor fuses them, so that a planning node is one fused kernel.
+
+Inductor turns a chain of pointwise and reduction ops into one generated loop nest: the values inside the chain
+are never materialized. Library kernels (convolutions, matrix products, attention) stay calls of their own
+("extern kernels"), and so do the ops that draw random numbers here (`checkmate.inductor` runs them as ATen ops, so
+that their masks are eager's and a recomputation replays them).
+
+`fuse_groups` merges a planning node into the node that reads it when both are fusible and that reader is its only
+one: its values then become the reader's internal values, as in Inductor's generated code, and the plan neither
+counts them as memory nor can keep them apart. Only single-reader chains are merged, so no merge can create a cycle
+(every path out of the merged node went through the reader), and nodes on different sides of the loss stay apart
+(a forward value never moves into the backward pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from checkmate.torch_capture.layout import is_random
+
+# Ops Inductor calls as library kernels on CPU and CUDA, by the ATen name's stem: nothing fuses into them.
+EXTERN_KERNELS = ("convolution", "mm", "addmm", "bmm", "baddbmm", "scaled_dot_product", "attention", "linear")
+
+
+def is_extern(node: torch.fx.Node) -> bool:
+    """Whether Inductor runs this fx node as a library kernel, a fusion boundary."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    stem = target._schema.name.removeprefix("aten::")
+    return any(stem == kernel or stem.startswith(kernel) or f"_{kernel}" in stem for kernel in EXTERN_KERNELS)
+
+
+def fusible(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
+    """A planning node Inductor can fuse with its neighbours: no library kernel, no random op."""
+    return not any(is_extern(nodes[name]) or is_random(nodes[name]) for name in names)
+
+
+def fuse_groups(graph: torch.fx.Graph, groups: Sequence[Sequence[str]], loss: str) -> list[list[str]]:
+    """Merge each fusible planning node into its only reader when that reader is fusible and on the same side of
+    the loss; repeated, so a chain of pointwise ops becomes one node. Groups stay in fx order of their members."""
+    nodes = {node.name: node for node in graph.nodes}
+    order = {node.name: index for index, node in enumerate(graph.nodes)}
+    group_of = {name: index for index, names in enumerate(groups) for name in names}
+    merged: list[list[str] | None] = [list(names) for names in groups]
+    loss_group = group_of[loss]
+    for index in range(len(groups)):
+        members = merged[index]
+        if members is None or not fusible(members, nodes):
+            continue
+        readers = {
+            group_of[user.name]
+            for name in members
+            for user in nodes[name].users
+            if user.op != "output" and group_of[user.name] != index
+        }
+        if len(readers) != 1:
+            continue
+        (reader,) = readers
+        target = merged[reader]
+        if target is None or not fusible(target, nodes) or (index > loss_group) != (reader > loss_group):
+            continue
+        if index == loss_group:
+            continue
+        for name in members:
+            group_of[name] = reader
+        merged[reader] = sorted([*target, *members], key=order.__getitem__)
+        merged[index] = None
+    return [names for names in merged if names is not None]

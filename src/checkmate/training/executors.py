@@ -1,0 +1,56 @@
+"""Which executor runs a compiled step's plan, and what each needs from capture.
+
+* "eager": each planning node's ATen ops, one by one, as captured (gradients bit for bit eager's).
+* "inductor": each planning node as one Inductor-compiled function (`checkmate.inductor`); capture groups ops as
+  Inductor fuses them, and the plan is priced by the compiled functions as measured (time, and the allocator's
+  bytes during each call), so the budget holds for what runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from checkmate.captured import Captured
+from checkmate.errors import InvalidArgument
+from checkmate.execute.interpreter import Program, prepare
+from checkmate.torch_capture import model_device
+from checkmate.torch_capture.trace import flatten_batch
+
+EXECUTORS = ("eager", "inductor")
+
+
+def check_executor(executor: str) -> None:
+    """Raise InvalidArgument unless `executor` is one of EXECUTORS."""
+    if executor not in EXECUTORS:
+        raise InvalidArgument(f"executor must be one of {EXECUTORS}, got {executor!r}")
+
+
+def capture_options(executor: str, cost_model: str) -> dict[str, Any]:
+    """Capture options for `executor`: the Inductor executor groups fused ops, and prices them itself when profiled
+    (so capture only counts FLOPs instead of timing ATen ops that will not run)."""
+    if executor == "inductor":
+        return {"fused": True, "cost_model": "flops" if cost_model == "profile" else cost_model}
+    return {"cost_model": cost_model}
+
+
+def prepare_executor(
+    executor: str, captured: Captured, model: nn.Module, batch: Sequence[Any], cost_model: str
+) -> tuple[Captured, Program]:
+    """The capture as the executor prices it, and the executor's program."""
+    if executor == "eager":
+        return captured, prepare(captured)
+    from checkmate.inductor import prepare_inductor  # imports torch._inductor: only for this executor
+
+    state = dict(model.named_parameters()) | dict(model.named_buffers())
+    inputs = [
+        *(state[name].detach() for name in captured.parameter_names),
+        *(state[name] for name in captured.buffer_names),
+        *flatten_batch(batch)[0],
+    ]
+    with torch.no_grad():
+        prepared = prepare_inductor(captured, inputs, device=model_device(model), reprice_costs=cost_model == "profile")
+    return prepared.captured, prepared.program
