@@ -35,6 +35,14 @@ def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:
     return capture_step(model, loss_fn, batch, **options)
 
 
+def backend(budget: int | float | str, **options: Any) -> Any:
+    """A `torch.compile` backend that plans each compiled region's forward and backward within `budget`; see
+    `checkmate.inductor.backend.backend` (imports torch and Inductor)."""
+    from checkmate.inductor.backend import backend as make_backend
+
+    return make_backend(budget, **options)
+
+
 def compile(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Any:
     """Plan a training step within a memory budget and return a step that runs the plan; see
     `checkmate.training.compiled.compile` (imports torch).
@@ -64,6 +72,7 @@ __all__ = [
     "Schedule",
     "SearchControl",
     "SolverUnavailable",
+    "backend",
     "capture",
     "cheapest_r",
     "check_plan",

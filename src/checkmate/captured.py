@@ -58,6 +58,8 @@ class Captured:
         random_nodes: graph nodes that draw random numbers.
         cost_model: the cost model that priced the nodes ("profile", "flops" or "unit").
         device: the device the costs were measured for, such as "cpu" or "cuda:0".
+        region_outputs: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), its forward outputs:
+            values that leave when the forward ends, held in the fixed memory like the loss.
     """
 
     graph: Graph
@@ -74,6 +76,7 @@ class Captured:
     random_nodes: frozenset[int]
     cost_model: str
     device: str
+    region_outputs: tuple[str, ...] = ()
 
 
 def last_uses(computed: Sequence[str], fx_nodes: Mapping[str, torch.fx.Node]) -> dict[str, int]:

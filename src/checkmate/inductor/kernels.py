@@ -68,7 +68,12 @@ class NodeKernel:
 def node_graphs(captured: Captured) -> list[tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]]:
     """For each planning node: its ATen graph with canonical names, its inputs, its outputs and its key."""
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
-    leaving = {captured.loss, *filter(None, captured.gradients), *filter(None, captured.buffer_updates)}
+    leaving = {
+        captured.loss,
+        *filter(None, captured.gradients),
+        *filter(None, captured.buffer_updates),
+        *captured.region_outputs,
+    }
     return [
         _node_graph(captured, fx_nodes, members, frozenset(exports) | leaving)
         for members, exports in zip(captured.members, captured.exports, strict=True)

@@ -25,7 +25,7 @@ def priced_graph(
     captured: Captured, kernels: Sequence[NodeKernel], measures: Sequence[KernelMeasure], *, reprice_costs: bool
 ) -> Graph:
     """`captured.graph` with each node's memory, workspaces and (optionally) cost from its measure."""
-    held = {captured.loss, *filter(None, captured.buffer_updates)}
+    held = {captured.loss, *filter(None, captured.buffer_updates), *captured.region_outputs}
     fixed = held | set(filter(None, captured.gradients))
     nodes = tuple(
         _priced(node, kernel, measure, set(exports), fixed, held, reprice_costs)

@@ -36,7 +36,7 @@ from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
 from checkmate.torch_capture import capture
 from checkmate.training import plan_cache
-from checkmate.training.executors import capture_options, check_executor, prepare_executor
+from checkmate.training.executors import capture_options, check_executor, prepare_executor, traced_loss
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes, resolve_budget
 
@@ -170,7 +170,7 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
     captured, program = prepare_executor(
         settings.executor,
-        capture(model, loss_fn, batch, **settings.capture_options),
+        capture(model, traced_loss(settings.executor, model, loss_fn), batch, **settings.capture_options),
         model,
         batch,
         settings.cost_model,

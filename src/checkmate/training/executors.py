@@ -18,7 +18,8 @@ from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
 from checkmate.execute.interpreter import Program, prepare
 from checkmate.torch_capture import model_device
-from checkmate.torch_capture.trace import flatten_batch
+from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
+from checkmate.torch_capture.trace import LossFunction, flatten_batch
 
 EXECUTORS = ("eager", "inductor")
 
@@ -35,6 +36,14 @@ def capture_options(executor: str, cost_model: str) -> dict[str, Any]:
     if executor == "inductor":
         return {"fused": True, "cost_model": "flops" if cost_model == "profile" else cost_model}
     return {"cost_model": cost_model}
+
+
+def traced_loss(executor: str, model: nn.Module, loss_fn: LossFunction) -> LossFunction:
+    """The step capture traces for `executor`: the Inductor executor runs convolutional models channels-last, as
+    `torch.compile` does (`checkmate.torch_capture.channels_last`)."""
+    if executor == "inductor" and has_convolutions(model):
+        return channels_last_step(loss_fn)
+    return loss_fn
 
 
 def prepare_executor(

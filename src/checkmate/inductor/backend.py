@@ -1,0 +1,259 @@
+"""`checkmate.backend`: a `torch.compile` backend that plans each compiled region within a memory budget.
+
+    model = torch.compile(model, backend=checkmate.backend(budget="8GiB"))
+    loss = loss_fn(model(x), y); loss.backward(); optimizer.step()      # the user's own loop
+
+For each region Dynamo captures, AOTAutograd traces the joint forward + backward graph and calls this backend's
+partition function, which plans it as `checkmate.compile(..., executor="inductor")` plans a step: capture groups the
+joint graph's ops as Inductor fuses them (`checkmate.torch_capture.joint`), every node is compiled by Inductor and
+measured on the example inputs (`kernels`, `measure`, `pricing`), the method solves for the budget, and the schedule
+is cut into the forward and backward graphs AOTAutograd runs (`split`): recomputations stay separate calls, values
+live no longer than the plan says.
+
+What the budget covers: one region's forward and backward, on the terms of `checkmate.compile`: its inputs
+(parameters, buffers, the user's tensors), the outputs the forward returns and the gradients of the outputs (the
+tangents), the gradients it makes (each from the node that makes it), and every activation in between. It does not
+cover what the user's code holds outside the region (the loss computed after the model, say), nor `.grad`s from
+earlier steps (AOTAutograd accumulates into them after the region's backward). A graph break makes several regions:
+each is planned alone with the whole budget (a fraction is of that region's own no-recomputation peak), logged, and
+listed in `backend.regions`, so no part runs unplanned without saying so; together they may hold more than one budget.
+Regions without gradients (inference) are compiled by Inductor as usual, without a plan. Shapes are static: a new
+input shape makes Dynamo compile (and plan) the region again, as `checkmate.compile` replans a new batch shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch._guards
+from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+from torch._inductor.compile_fx import compile_fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils import _pytree as pytree
+
+from checkmate.captured import Captured
+from checkmate.errors import InvalidArgument
+from checkmate.graph import Graph
+from checkmate.inductor.kernels import compile_kernels
+from checkmate.inductor.measure import measure_kernels
+from checkmate.inductor.pricing import priced_graph
+from checkmate.inductor.split import split_schedule
+from checkmate.plan import Plan
+from checkmate.simulate import lower
+from checkmate.solve import solve
+from checkmate.strategies.registry import strategies
+from checkmate.torch_capture import random_state_bytes
+from checkmate.torch_capture.joint import capture_joint
+from checkmate.units import format_bytes, resolve_budget
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlannedRegion:
+    """One compiled region and its plan.
+
+    Attributes:
+        index: the order in which Dynamo compiled it (0 first).
+        nodes: planning nodes of its joint graph.
+        budget: its budget in bytes.
+        no_remat_peak: its peak without recomputation.
+        plan: the plan it runs (`plan.peak_memory` is its predicted peak, `plan.cost` its compute).
+        no_remat_cost: the compute of its plan without recomputation.
+    """
+
+    index: int
+    nodes: int
+    budget: int
+    no_remat_peak: int
+    plan: Plan
+    no_remat_cost: float
+
+
+class CheckmateBackend:
+    """A `torch.compile` backend; `regions` lists the regions it has planned, in order."""
+
+    def __init__(self, budget: int | float | str, method: str, cost_model: str, solve_options: dict[str, Any]) -> None:
+        self.budget = budget
+        self.method = method
+        self.cost_model = cost_model
+        self.solve_options = solve_options
+        self.regions: list[PlannedRegion] = []
+
+    def __call__(self, module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        examples = list(example_inputs)
+        output = next(node for node in module.graph.nodes if node.op == "output")
+        user_outputs = len(pytree.tree_leaves(output.args[0]))
+
+        def partition(joint: torch.fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **_: Any) -> Any:
+            return self._plan_region(joint, joint_inputs, num_fwd_outputs, examples, num_fwd_outputs - user_outputs)
+
+        return aot_module_simplified(
+            module,
+            examples,
+            fw_compiler=_run_as_built,
+            bw_compiler=_run_as_built,
+            inference_compiler=_inductor,
+            partition_fn=partition,
+        )
+
+    def _plan_region(
+        self,
+        joint: torch.fx.GraphModule,
+        joint_inputs: Any,
+        forward_count: int,
+        examples: list[Any],
+        mutation_count: int,
+    ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        fake_mode = torch._guards.detect_fake_mode(joint_inputs)
+        output = next(node for node in joint.graph.nodes if node.op == "output")
+        values = list(output.args[0])
+        forward = [node.name for node in values[:forward_count]]
+        gradients = [None if node is None else node.name for node in values[forward_count:]]
+        device = _device(examples)
+        mutated = _mutated_inputs(joint, mutation_count, gradients)
+        captured = capture_joint(
+            joint, forward, gradients, device=device, random_state_bytes=random_state_bytes(device)
+        )
+        index = len(self.regions)
+        log.info("region %d: %d planning nodes; compiling and measuring them", index, captured.graph.size)
+        with unset_fake_temporarily(), torch._guards.tracing(None), torch.no_grad():
+            kernels = compile_kernels(captured)
+            inputs = _real_inputs(captured, examples)
+            measures = measure_kernels(captured, kernels, inputs, device)
+        graph = priced_graph(captured, kernels, measures, reprice_costs=self.cost_model == "profile")
+        copies = sum(
+            _bytes(value) for node, value in zip(_placeholders(captured), inputs, strict=True) if node in mutated
+        )
+        graph = Graph(graph.nodes, fixed_memory=graph.fixed_memory + copies)
+        captured = dataclasses.replace(captured, graph=graph)
+        no_remat = solve(graph, None, method="checkpoint_all")
+        budget = resolve_budget(self.budget, no_remat.peak_memory)
+        plan = solve(graph, budget, method=self.method, **self.solve_options)
+        region = PlannedRegion(index, graph.size, budget, no_remat.peak_memory, plan, no_remat.cost)
+        self.regions.append(region)
+        log.log(
+            logging.WARNING if index else logging.INFO,
+            "region %d planned%s: %d nodes, budget %s, planned peak %s (no recomputation %s), compute %+.1f%%",
+            index,
+            " (a graph break: it has its own budget)" if index else "",
+            graph.size,
+            format_bytes(budget),
+            format_bytes(plan.peak_memory),
+            format_bytes(no_remat.peak_memory),
+            100 * (plan.cost / no_remat.cost - 1) if no_remat.cost else 0.0,
+        )
+        schedule = lower(graph, plan.R, plan.S)
+        return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
+
+
+def backend(
+    budget: int | float | str, *, method: str = "optimal", cost_model: str = "profile", **solve_options: Any
+) -> CheckmateBackend:
+    """A `torch.compile` backend that runs each compiled region's forward and backward within `budget`.
+
+    Args:
+        budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the region's peak
+            with no recomputation.
+        method: a strategy name from `checkmate methods`.
+        cost_model: "profile" prices nodes by their compiled functions' measured time; "flops" by FLOPs.
+        **solve_options: options of the method, such as `time_limit=60` (default 120 s for optimal and approx).
+
+    Example:
+        >>> model = torch.compile(model, backend=checkmate.backend(budget=0.5, time_limit=30))
+        >>> loss_fn(model(x), y).backward()
+    """
+    names = sorted(strategy.name for strategy in strategies())
+    if method not in names:
+        raise InvalidArgument(f"unknown method {method!r}; choose one of {names}")
+    if cost_model not in ("profile", "flops"):
+        raise InvalidArgument(f"cost_model must be 'profile' or 'flops', got {cost_model!r}")
+    resolve_budget(budget, 1)
+    if method in ("optimal", "approx"):
+        solve_options.setdefault("time_limit", 120.0)
+    return CheckmateBackend(budget, method, cost_model, solve_options)
+
+
+def _run_as_built(
+    module: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor | int | torch.SymInt | None]
+) -> Any:
+    """The partition's graphs already call compiled functions: run them as they are."""
+    return make_boxed_func(gm.forward)
+
+
+def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor | int | torch.SymInt | None]) -> Any:
+    """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan."""
+    return compile_fx(gm, list(example_inputs))
+
+
+def _placeholders(captured: Captured) -> list[str]:
+    return [node.name for node in captured.module.graph.nodes if node.op == "placeholder"]
+
+
+def _bytes(value: Any) -> int:
+    return value.untyped_storage().nbytes() if isinstance(value, torch.Tensor) else 0
+
+
+def _mutated_inputs(
+    joint: torch.fx.GraphModule, mutation_count: int, gradients: Sequence[str | None]
+) -> frozenset[str]:
+    """Primals the region may change in place. AOTAutograd returns the new values of mutated inputs first among the
+    forward outputs (`mutation_count` of them); each is made by an op that reads the input it replaces. Taken are the
+    primals without a gradient that such an op reads with the new value's shape and dtype: a superset when an op
+    reads several alike (BatchNorm's running mean and variance), never less."""
+    placeholders = [node for node in joint.graph.nodes if node.op == "placeholder"]
+    primals = [node for node in placeholders if not node.name.startswith("tangents")]
+    without_gradient = {node.name for node, gradient in zip(primals, gradients, strict=False) if gradient is None}
+    output = next(node for node in joint.graph.nodes if node.op == "output")
+    mutated: set[str] = set()
+    for value in output.args[0][:mutation_count]:
+        producer = value.args[0] if value.target is operator.getitem else value
+        new = value.meta.get("val")
+        for argument in producer.all_input_nodes:
+            old = argument.meta.get("val")
+            if (
+                argument.name in without_gradient
+                and isinstance(old, torch.Tensor)
+                and isinstance(new, torch.Tensor)
+                and old.shape == new.shape
+                and old.dtype == new.dtype
+            ):
+                mutated.add(argument.name)
+    return frozenset(mutated)
+
+
+def _device(examples: Sequence[Any]) -> torch.device:
+    for value in examples:
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+def _real_inputs(captured: Captured, examples: Sequence[Any]) -> list[Any]:
+    """Real tensors for the joint graph's placeholders: the region's example inputs for the primals, ones for the
+    tangents (only their layout and the time of what reads them matter to the measures)."""
+    placeholders = [node for node in captured.module.graph.nodes if node.op == "placeholder"]
+    inputs: list[Any] = []
+    for position, node in enumerate(placeholders):
+        value = node.meta.get("val")
+        example = examples[position] if position < len(examples) else None
+        if (
+            isinstance(example, torch.Tensor)
+            and isinstance(value, torch.Tensor)
+            and example.shape == value.shape
+            and example.dtype == value.dtype
+        ):
+            inputs.append(example.detach())
+        elif isinstance(value, torch.Tensor):
+            inputs.append(
+                torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device).fill_(1)
+            )
+        else:
+            inputs.append(value)
+    return inputs

@@ -1,0 +1,165 @@
+"""A schedule cut into the forward and backward graphs that AOTAutograd runs, for `checkmate.inductor.backend`.
+
+AOTAutograd's partition contract: the forward graph takes the primals and returns the forward outputs and then the
+values saved for the backward; the backward graph takes those saved values and then the tangents, and returns a
+gradient (or None) per primal. Here both graphs are the schedule's own steps, in order, each `Compute` one call of
+the node's compiled function (`checkmate.inductor.kernels`) and one `getitem` per value it returns:
+
+* the forward graph holds the steps of the stages before the first backward node, the backward graph the rest;
+* the values saved are those the backward graph reads before it computes them itself: what the plan keeps across
+  the boundary (a value the plan frees and recomputes in the backward is recomputed there, not saved);
+* a recomputation is a separate call, and fx frees every value after its last reader, which is never later than the
+  plan's `Free` (a reader after the `Free` reads a later computation), so the graphs hold at most what the plan does;
+* forward outputs and gradients are the values of their node's first computation, as the eager executor takes them;
+* a random node that is computed more than once saves the generator state before its first computation and replays
+  it for every recomputation (the state is a value like the others, saved for the backward when it needs it).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from checkmate.captured import Captured
+from checkmate.inductor.kernels import NodeKernel
+from checkmate.simulate import Compute, Schedule
+
+RANDOM_STATE = "random_state_{}"
+
+
+def split_schedule(
+    captured: Captured,
+    kernels: Sequence[NodeKernel],
+    schedule: Schedule,
+    *,
+    fake_mode: Any,
+    mutated_inputs: frozenset[str] = frozenset(),
+) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """The forward and backward graphs that run `schedule` (see the module docstring).
+
+    `mutated_inputs` are primals the region changes in place (AOTAutograd writes their new values back after the
+    forward, BatchNorm's running statistics): one the backward reads is copied at the start of the forward and the
+    copy saved, so a recomputation reads the value the first computation read (the caller counts the copies in the
+    fixed memory)."""
+    joint = captured.module
+    placeholders = [node for node in joint.graph.nodes if node.op == "placeholder"]
+    tangents = [node for node in placeholders if node.name.startswith("tangents")]
+    primals = [node for node in placeholders if not node.name.startswith("tangents")]
+    meta = {node.name: node.meta.get("val") for node in joint.graph.nodes}
+    boundary = next((index for index, node in enumerate(captured.graph.nodes) if node.backward), captured.graph.size)
+    computes = [step for step in schedule.steps if isinstance(step, Compute)]
+    forward_steps = [step for step in computes if step.stage < boundary]
+    backward_steps = [step for step in computes if step.stage >= boundary]
+    replayed = {index for index in captured.random_nodes if sum(step.node == index for step in computes) > 1}
+    with fake_mode:
+        state_meta = torch.empty(torch.get_rng_state().numel(), dtype=torch.uint8)
+    meta |= {RANDOM_STATE.format(index): state_meta for index in replayed}
+
+    saved = _read_before_made(kernels, backward_steps, replayed, {node.name for node in tangents})
+    forward = _Builder(kernels, replayed, meta)
+    for node in primals:
+        forward.input(node.name)
+    copies = {name: forward.copy(name) for name in saved if name in mutated_inputs}
+    for step in forward_steps:
+        forward.compute(step.node)
+    forward_outputs = [forward.first[name] for name in captured.region_outputs]
+    forward_module = forward.finish([*forward_outputs, *(copies.get(name) or forward.current[name] for name in saved)])
+
+    backward = _Builder(kernels, replayed, meta)
+    for name in [*saved, *(node.name for node in tangents)]:
+        backward.input(name)
+    for step in backward_steps:
+        backward.compute(step.node)
+    gradients = [None if name is None else backward.first[name] for name in captured.gradients]
+    return forward_module, backward.finish(gradients)
+
+
+def _read_before_made(
+    kernels: Sequence[NodeKernel], steps: Sequence[Compute], replayed: set[int], tangents: set[str]
+) -> list[str]:
+    """Names the backward steps read before computing them (the tangents excepted), in first-read order."""
+    made: set[str] = set()
+    read: dict[str, None] = {}
+    for step in steps:
+        kernel = kernels[step.node]
+        state = RANDOM_STATE.format(step.node)
+        needed = [*kernel.inputs, *([state] if step.node in replayed and state not in made else [])]
+        for name in needed:
+            if name not in made and name not in tangents:
+                read.setdefault(name)
+        made.update(kernel.outputs)
+    return list(read)
+
+
+class _Builder:
+    """Writes one fx graph: placeholders, then each computation as a call and its getitems."""
+
+    def __init__(self, kernels: Sequence[NodeKernel], replayed: set[int], meta: dict[str, Any]) -> None:
+        self.graph = torch.fx.Graph()
+        self.kernels = kernels
+        self.replayed = replayed
+        self.meta = meta
+        self.current: dict[str, torch.fx.Node] = {}
+        self.first: dict[str, torch.fx.Node] = {}
+
+    def input(self, name: str) -> None:
+        node = self.graph.placeholder(name)
+        node.meta["val"] = self.meta[name]
+        self.current[name] = node
+        self.first.setdefault(name, node)
+
+    def copy(self, name: str) -> torch.fx.Node:
+        """A copy of input `name` as it is now."""
+        copied = self.graph.call_function(torch.ops.aten.clone.default, (self.current[name],))
+        copied.meta["val"] = self.meta[name]
+        return copied
+
+    def compute(self, index: int) -> None:
+        kernel = self.kernels[index]
+        arguments: tuple[Any, ...] = tuple(self.current[name] for name in kernel.inputs)
+        function = _named(kernel.function, f"node_{index}")
+        state = RANDOM_STATE.format(index)
+        if index in self.replayed and state in self.current:
+            arguments = (self.current[state], *arguments)
+            function = _named(functools.partial(_replayed, kernel.function), f"replay_node_{index}")
+        elif index in self.replayed:
+            saved = self.graph.call_function(_random_state, ())
+            saved.meta["val"] = self.meta[state]
+            self.current[state] = saved
+        call = self.graph.call_function(function, arguments)
+        for position, name in enumerate(kernel.outputs):
+            value = self.graph.call_function(operator.getitem, (call, position))
+            value.meta["val"] = self.meta[name]
+            self.current[name] = value
+            self.first.setdefault(name, value)
+
+    def finish(self, outputs: Sequence[torch.fx.Node | None]) -> torch.fx.GraphModule:
+        self.graph.output(tuple(outputs))
+        self.graph.eliminate_dead_code()
+        return torch.fx.GraphModule(torch.nn.Module(), self.graph)
+
+
+def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """`function` as a plain function called `name`: fx refers to call targets by name in the code it generates."""
+
+    def call(*arguments: Any) -> Any:
+        return function(*arguments)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _random_state() -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _replayed(function: Callable[..., Any], state: torch.Tensor, *arguments: Any) -> Any:
+    """Run the node's function with the generator as it was before the node's first computation, then restore it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(state)
+        return function(*arguments)
