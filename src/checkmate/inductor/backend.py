@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 import torch._guards
-from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
 from torch._inductor.compile_fx import compile_fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.graph import _BoxedCodeGen
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
@@ -180,14 +181,21 @@ def backend(
     return CheckmateBackend(budget, method, cost_model, solve_options)
 
 
-def _run_as_built(
-    module: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor | int | torch.SymInt | None]
-) -> Any:
-    """The partition's graphs already call compiled functions: run them as they are."""
-    return make_boxed_func(gm.forward)
+def _run_as_built(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    """The partition's graphs already call compiled functions: run them as they are, with the boxed calling
+    convention (the graph takes the argument list and clears it), so an input dies after its last reader, as the
+    plan says, instead of when the whole graph returns."""
+    gm.graph.set_codegen(_BoxedCodeGen())
+    gm.recompile()
+
+    def run(arguments: list[Any]) -> Any:
+        return gm(arguments)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
-def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor | int | torch.SymInt | None]) -> Any:
+def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
     """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan."""
     return compile_fx(gm, list(example_inputs))
 

@@ -15,10 +15,9 @@ The random generator's state is restored afterwards.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import torch
 from checkmate.captured import Captured
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.torch_capture.allocator import allocator_peak
+from checkmate.torch_capture.json_cache import merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -179,16 +179,10 @@ def _synchronize(device: torch.device) -> None:
 
 def _load(path: Path) -> dict[str, KernelMeasure]:
     """The cached measures; a missing or damaged file, or a malformed entry, reads as missing."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
     measures = {}
-    for key, entry in data.items():
+    for key, entry in read_entries(path).items():
         try:
-            measures[str(key)] = KernelMeasure(
+            measures[key] = KernelMeasure(
                 float(entry["seconds"]),
                 int(entry["peak_bytes"]),
                 tuple(int(value) for value in entry["output_storages"]),
@@ -201,16 +195,4 @@ def _load(path: Path) -> dict[str, KernelMeasure]:
 
 def _store(path: Path, fresh: dict[str, KernelMeasure]) -> None:
     """Merge `fresh` into the cache file atomically, keeping entries another process wrote."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    merged = {
-        key: {
-            "seconds": measure.seconds,
-            "peak_bytes": measure.peak_bytes,
-            "output_storages": list(measure.output_storages),
-            "storage_bytes": list(measure.storage_bytes),
-        }
-        for key, measure in (_load(path) | fresh).items()
-    }
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(merged, handle)
-    Path(handle.name).replace(path)
+    merge_entries(path, {key: dataclasses.asdict(measure) for key, measure in fresh.items()})

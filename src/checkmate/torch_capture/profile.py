@@ -33,12 +33,10 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import json
 import logging
 import os
 import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +49,7 @@ from torch.utils import _pytree as pytree
 
 from checkmate.torch_capture.allocator import allocation_events, walk
 from checkmate.torch_capture.grouping import find_owners
+from checkmate.torch_capture.json_cache import merge_entries, read_entries
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
@@ -281,23 +280,13 @@ def _one_thread() -> Iterator[None]:
 def _load(path: Path) -> dict[str, float]:
     """The cache file's entries (signature -> number); a missing or unreadable file, or an entry that is not a
     number, reads as missing."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
     return {
-        str(key): float(value)
-        for key, value in data.items()
+        key: float(value)
+        for key, value in read_entries(path).items()
         if isinstance(value, (int, float)) and not isinstance(value, bool)
     }
 
 
 def _store(path: Path, fresh: dict[str, float]) -> None:
     """Merge `fresh` into the cache file, atomically (rename), keeping entries another process wrote."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    merged = _load(path) | fresh
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(merged, handle)
-    Path(handle.name).replace(path)
+    merge_entries(path, dict(fresh))

@@ -1,0 +1,138 @@
+"""`torch.compile(model, backend=checkmate.backend(...))` in a user's own training loop, against eager PyTorch.
+
+Oracles: the same loop in eager PyTorch on a deep copy (loss, every `.grad`, BatchNorm buffers, to float32 rounding),
+and the CPU allocator's peak during forward, loss and backward, against the region's plan.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from eager_oracle import assert_same_state
+from torch import nn
+
+import checkmate
+from checkmate import InvalidArgument, zoo
+from checkmate.execute.memory import storage_bytes
+from checkmate.torch_capture.allocator import allocator_peak
+
+TIME_LIMIT = 15
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _resnet() -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    model, _, (images, labels) = zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1))
+    return model, images, lambda logits: nn.functional.cross_entropy(logits, labels)
+
+
+def _gpt() -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    model, _, (tokens, targets) = zoo.gpt(batch_size=4, length=16, dim=32, heads=2, layers=2, vocab=64)
+    return model, tokens, lambda logits: nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+MODELS = {"resnet": _resnet, "gpt": _gpt}
+
+
+def _train(model: nn.Module, inputs: torch.Tensor, criterion: Any, steps: int, seed: int) -> list[torch.Tensor]:
+    """A plain loop: forward, loss, backward, SGD; the second-to-last step accumulates into the last's grads."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    losses = []
+    for step in range(steps):
+        torch.manual_seed(seed + step)
+        loss = criterion(model(inputs))
+        loss.backward()
+        losses.append(loss.detach())
+        if step < steps - 1:
+            optimizer.step()
+            optimizer.zero_grad()
+    torch.manual_seed(seed + steps)
+    criterion(model(inputs)).backward()  # one more, accumulating
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "budget"), [(name, budget) for name in MODELS for budget in (1.0, 0.8)], ids=str)
+def test_a_plain_training_loop_matches_eager(name: str, budget: float) -> None:
+    torch.manual_seed(0)
+    model, inputs, criterion = MODELS[name]()
+    model.train()
+    reference = copy.deepcopy(model)
+    planner = checkmate.backend(budget=budget, cost_model="flops", time_limit=TIME_LIMIT)
+    compiled = torch.compile(model, backend=planner)
+    losses = _train(compiled, inputs, criterion, steps=3, seed=5)
+    expected = _train(reference, inputs, criterion, steps=3, seed=5)
+    for got, want in zip(losses, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    assert_same_state(model, reference, f"{name} at {budget:.0%} through checkmate.backend", exact=False)
+    assert len(planner.regions) == 1, "the model compiles as one region"
+    region = planner.regions[0]
+    assert region.plan.peak_memory <= region.budget
+    if budget < 1.0:
+        assert region.plan.R.sum() > region.nodes, "the budget must make the plan recompute"
+
+
+@pytest.mark.slow
+def test_the_region_holds_its_plan_on_the_allocator() -> None:
+    """Forward, loss and backward measured on the allocator: at most the region's planned peak plus what the loss
+    outside the region holds (its logits-sized temporaries), and below what the region needs without recomputation."""
+    torch.manual_seed(0)
+    model, inputs, criterion = _gpt()
+    model.train()
+    planner = checkmate.backend(budget=0.8, cost_model="flops", time_limit=TIME_LIMIT)
+    compiled = torch.compile(model, backend=planner)
+    criterion(compiled(inputs)).backward()  # compiles and plans
+    model.zero_grad(set_to_none=True)
+    logits_bytes = 4 * inputs.numel() * 64
+    measured = allocator_peak(lambda: criterion(compiled(inputs)).backward())
+    measured += storage_bytes([*model.parameters(), *model.buffers(), inputs])
+    region = planner.regions[0]
+    assert measured <= region.plan.peak_memory + 3 * logits_bytes, (measured, region.plan.peak_memory)
+    assert region.plan.peak_memory < region.no_remat_peak
+
+
+@pytest.mark.slow
+def test_a_graph_break_plans_each_region_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 32))
+            self.second = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            hidden = self.first(x)
+            torch._dynamo.graph_break()
+            return self.second(hidden)
+
+    torch.manual_seed(0)
+    model = Broken()
+    planner = checkmate.backend(budget=1.0, cost_model="flops", time_limit=TIME_LIMIT)
+    with caplog.at_level("INFO", logger="checkmate.inductor.backend"):
+        torch.compile(model, backend=planner)(torch.randn(8, 16)).sum().backward()
+    assert [region.index for region in planner.regions] == [0, 1]
+    assert any("graph break" in record.getMessage() for record in caplog.records)
+
+
+def test_options_are_checked_before_any_compile() -> None:
+    with pytest.raises(InvalidArgument, match="method"):
+        checkmate.backend(budget=0.5, method="nonsense")
+    with pytest.raises(InvalidArgument, match="cost_model"):
+        checkmate.backend(budget=0.5, cost_model="unit")
+    with pytest.raises(InvalidArgument):
+        checkmate.backend(budget=1.5)
