@@ -159,12 +159,13 @@ def plan_ours(setting: Setting, budget: int, how: tuple[str, str], level: int) -
     tool = f"ours ({method})" if executor == "eager" else f"ours+{executor} ({method})"
     if executor == "backend":
         return _plan_ours_backend(setting, budget, method, level, tool)
+    channels_last = executor.endswith("-cl")
     started = time.perf_counter()
     try:
         step = checkmate.compile(
             model, setting.loss_fn, setting.batch, budget=int(budget), method=method,
             cost_model=args.cost_model, time_limit=args.time_limit, measure_memory="first",
-            gradient_memory=args.gradient_memory, executor=executor,
+            gradient_memory=args.gradient_memory, executor=executor.removesuffix("-cl"), channels_last=channels_last,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
         failed = Candidate(tool, config, model, lambda: None, knob=level, budget=int(budget))
@@ -392,9 +393,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tools", nargs="*", default=list(PEER_TOOLS), choices=list(PEER_TOOLS))
     parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
     parser.add_argument(
-        "--executors", nargs="*", default=["eager", "inductor", "backend"], choices=("eager", "inductor", "backend"),
-        help="how ours runs: checkmate.compile on ATen ops (eager) or Inductor-compiled nodes (inductor), or "
-        "torch.compile with checkmate.backend (backend)",
+        "--executors", nargs="*", default=["eager", "inductor", "inductor-cl", "backend"],
+        choices=("eager", "inductor", "inductor-cl", "backend"),
+        help="how ours runs: checkmate.compile on ATen ops (eager) or Inductor-compiled nodes (inductor; inductor-cl "
+        "with channels_last=True, convolutions in channels-last as torch.compile runs them), or torch.compile with "
+        "checkmate.backend (backend)",
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (median)")
     parser.add_argument("--time-limit", type=float, help="seconds per solve of ours (default 45, quick 10)")

@@ -16,6 +16,8 @@ import torch
 from eager_oracle import train_three_steps
 
 import checkmate
+import checkmate.inductor.measure
+import checkmate.training.compiled
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.torch_capture.allocator import allocator_peak
@@ -148,3 +150,25 @@ def test_an_unknown_executor_is_refused_before_any_work() -> None:
     model, loss_fn, batch = _build("gpt")
     with pytest.raises(InvalidArgument, match="executor"):
         checkmate.compile(model, loss_fn, batch, budget=1.0, executor="tvm")
+
+
+@pytest.mark.slow
+def test_a_second_compile_neither_measures_nor_solves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node measures and plans come from the disk caches the second time (Inductor keeps its own compile cache)."""
+    model, loss_fn, batch = _build("gpt")
+    first = _compile(model, loss_fn, batch, 0.8)
+    solved: list[str] = []
+    real_solve = checkmate.training.compiled.solve
+
+    def counting_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
+        solved.append(method)
+        return real_solve(graph, budget, method=method, **options)
+
+    def no_measuring(*arguments: Any) -> None:
+        raise AssertionError("the node measures should come from the cache")
+
+    monkeypatch.setattr(checkmate.training.compiled, "solve", counting_solve)
+    monkeypatch.setattr(checkmate.inductor.measure, "_measure", no_measuring)
+    second = _compile(model, loss_fn, batch, 0.8)
+    assert solved == ["checkpoint_all"], "only the no-recomputation reference is computed again, not the plan"
+    assert (second.plan.R == first.plan.R).all() and (second.plan.S == first.plan.S).all()

@@ -62,6 +62,7 @@ class Settings:
     measure_memory: str
     executor: str = "eager"
     cost_model: str = "profile"
+    channels_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def compile(
     measure_memory: str = "first",
     gradient_memory: str = "whole_step",
     executor: str = "eager",
+    channels_last: bool = False,
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -121,6 +123,10 @@ def compile(
         executor: "eager" runs each node's ATen ops (gradients bit for bit eager's); "inductor" runs each planning
             node as one Inductor-compiled function, capture grouping ops as Inductor fuses them and the plan priced
             by the compiled functions as measured (`checkmate.inductor`; gradients equal eager's to rounding).
+        channels_last: trace a model with 2-D convolutions with its 4-D batch converted to channels-last inside the
+            step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
+            CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
+            `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away).
         **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
             time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
             the best found, and `step.plan.status` says whether it was proven optimal.
@@ -156,6 +162,7 @@ def compile(
         measure_memory=measure_memory,
         executor=executor,
         cost_model=cost_model,
+        channels_last=channels_last,
     )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         from checkmate.data_parallel import compile_data_parallel
@@ -170,7 +177,7 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
     captured, program = prepare_executor(
         settings.executor,
-        capture(model, traced_loss(settings.executor, model, loss_fn), batch, **settings.capture_options),
+        capture(model, traced_loss(settings.channels_last, model, loss_fn), batch, **settings.capture_options),
         model,
         batch,
         settings.cost_model,

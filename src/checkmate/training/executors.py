@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ from checkmate.execute.interpreter import Program, prepare
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
 from checkmate.torch_capture.trace import LossFunction, flatten_batch
+
+log = logging.getLogger(__name__)
 
 EXECUTORS = ("eager", "inductor")
 
@@ -38,11 +41,13 @@ def capture_options(executor: str, cost_model: str) -> dict[str, Any]:
     return {"cost_model": cost_model}
 
 
-def traced_loss(executor: str, model: nn.Module, loss_fn: LossFunction) -> LossFunction:
-    """The step capture traces for `executor`: the Inductor executor runs convolutional models channels-last, as
-    `torch.compile` does (`checkmate.torch_capture.channels_last`)."""
-    if executor == "inductor" and has_convolutions(model):
+def traced_loss(channels_last: bool, model: nn.Module, loss_fn: LossFunction) -> LossFunction:
+    """The step capture traces: with `channels_last`, a convolutional model's batch converted to channels-last inside
+    the step (`checkmate.torch_capture.channels_last`)."""
+    if channels_last and has_convolutions(model):
         return channels_last_step(loss_fn)
+    if channels_last:
+        log.info("channels_last: the model has no 2-D convolution; its batch is traced as it is")
     return loss_fn
 
 
