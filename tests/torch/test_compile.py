@@ -173,8 +173,8 @@ def test_a_measured_peak_above_the_plan_is_reported(
     real_measure = checkmate.training.compiled.measure_peak
 
     @contextlib.contextmanager
-    def overshooting(device: Any, baseline: Any) -> Iterator[Any]:
-        with real_measure(device, baseline) as meter:
+    def overshooting(device: Any, baseline: Any, *, allocator: bool) -> Iterator[Any]:
+        with real_measure(device, baseline, allocator=allocator) as meter:
             yield meter
         meter.peak_bytes = step.plan.peak_memory + 4096
 

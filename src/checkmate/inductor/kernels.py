@@ -131,7 +131,7 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     for index, (module, inputs, outputs, key) in enumerate(graphs):
         if key not in functions:
             random = index in captured.random_nodes
-            made = None if random else _compile(module, [fx_nodes[name] for name in inputs], index)
+            made = None if random else _compile(module, [fx_nodes[name] for name in inputs], outputs, fx_nodes, index)
             functions[key] = (module, False) if made is None else (made, True)
         function, compiled = functions[key]
         kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
@@ -156,21 +156,43 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     return tuple(kernels)
 
 
-def _compile(module: torch.fx.GraphModule, inputs: Sequence[torch.fx.Node], index: int) -> Callable[..., Any] | None:
-    """Inductor's function for `module`, or None (logged) when Inductor cannot compile it."""
+def _compile(
+    module: torch.fx.GraphModule,
+    inputs: Sequence[torch.fx.Node],
+    outputs: Sequence[str],
+    fx_nodes: dict[str, torch.fx.Node],
+    index: int,
+) -> Callable[..., Any] | None:
+    """Inductor's function for `module`, or None (logged) when Inductor cannot compile it or its function returns a
+    value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such as a `cat`'s): the
+    nodes that read it are compiled for the traced strides, so such a node runs as ATen ops."""
     examples = [_example(node) for node in inputs]
     try:
         with torch.no_grad():
             function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
+            returned = function(*examples)
     except Exception as error:  # Inductor raises many types; the node then runs as ATen ops, as before
         log.warning("Inductor could not compile planning node %d; it runs as ATen ops: %s", index, error)
         return None
+    for name, value in zip(outputs, returned, strict=True):
+        traced = fx_nodes[name].meta.get("val")
+        if isinstance(value, torch.Tensor) and isinstance(traced, torch.Tensor) and value.stride() != traced.stride():
+            log.info(
+                "planning node %d runs as ATen ops: Inductor returns %r with strides %s where the trace has %s",
+                index,
+                name,
+                tuple(value.stride()),
+                tuple(traced.stride()),
+            )
+            return None
     return function
 
 
 def _example(node: torch.fx.Node) -> Any:
-    """A tensor of the traced shape, strides and dtype (contents do not matter to the compiler)."""
+    """A tensor of the traced shape, strides and dtype, of zeros (the compiler reads no contents; the trial call after
+    compiling does, and zeros are valid indices for gathers and embeddings)."""
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return value
-    return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype, device=value.device)
+    shape, stride = tuple(value.shape), tuple(value.stride())
+    return torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device).zero_()

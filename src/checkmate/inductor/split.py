@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from checkmate.captured import Captured
+from checkmate.errors import CheckmateError
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.simulate import Compute, Schedule
 
@@ -56,6 +57,12 @@ def split_schedule(
     forward_steps = [step for step in computes if step.stage < boundary]
     backward_steps = [step for step in computes if step.stage >= boundary]
     replayed = {index for index in captured.random_nodes if sum(step.node == index for step in computes) > 1}
+    if replayed and not captured.device.startswith("cpu"):
+        raise CheckmateError(
+            f"the plan recomputes {len(replayed)} random nodes on {captured.device}, and this backend replays only the "
+            "CPU generator: raise the budget, or use checkmate.compile(..., executor='inductor'), which replays CUDA "
+            "generators too"
+        )
     with fake_mode:
         state_meta = torch.empty(torch.get_rng_state().numel(), dtype=torch.uint8)
     meta |= {RANDOM_STATE.format(index): state_meta for index in replayed}

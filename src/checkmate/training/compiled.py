@@ -164,6 +164,11 @@ def compile(
         cost_model=cost_model,
         channels_last=channels_last,
     )
+    if isinstance(model, nn.parallel.DistributedDataParallel) and executor != "eager":
+        raise InvalidArgument(
+            f"executor={executor!r} with DistributedDataParallel is not supported yet: use executor='eager' (the "
+            "default) for a data-parallel step"
+        )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         from checkmate.data_parallel import compile_data_parallel
 
