@@ -202,9 +202,10 @@ def _plan_ours_backend(setting: Setting, budget: int, method: str, level: int, t
     try:
         run()
     except Exception as error:  # Dynamo wraps the backend's errors; ours is the cause
-        cause = error.__cause__ if isinstance(error.__cause__, checkmate.CheckmateError) else None
-        if cause is None:
+        inner = getattr(error, "inner_exception", None) or error.__cause__
+        if not isinstance(inner, checkmate.CheckmateError):
             raise
+        cause = inner
         failed = Candidate(tool, config, model, lambda: None, knob=level, budget=int(budget))
         failed.note = _describe_failure(cause)
         failed.setup_s = time.perf_counter() - started

@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 10.0
 
+# Functions compiled in this process, by key: a second capture of the same model (another budget, a replan)
+# compiles nothing. The key names the graph's code and its inputs' layouts, so an entry never serves another graph.
+_COMPILED: dict[tuple[str, int], tuple[Callable[..., Any], bool]] = {}
+
 
 @dataclass(frozen=True)
 class NodeKernel:
@@ -129,10 +133,14 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     kernels = []
     graphs = node_graphs(captured)
     for index, (module, inputs, outputs, key) in enumerate(graphs):
-        if key not in functions:
+        memo = (key, torch.get_num_threads())  # Inductor's C++ kernels are built for the thread count
+        if key not in functions and memo in _COMPILED:
+            functions[key] = _COMPILED[memo]
+        elif key not in functions:
             random = index in captured.random_nodes
             made = None if random else _compile(module, [fx_nodes[name] for name in inputs], outputs, fx_nodes, index)
             functions[key] = (module, False) if made is None else (made, True)
+            _COMPILED[memo] = functions[key]
         function, compiled = functions[key]
         kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
         if time.perf_counter() - last_report > PROGRESS_INTERVAL:
