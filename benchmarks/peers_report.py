@@ -260,10 +260,10 @@ TOOL_STYLE = {
     "ours (approx)": ("tab:olive", "v"),
     "ours+inductor (optimal)": ("tab:red", "P"),
     "ours+inductor (approx)": ("tab:pink", "X"),
-    "ours+inductor-cl (optimal)": ("tab:purple", "P"),
-    "ours+inductor-cl (approx)": ("tab:purple", "X"),
+    "ours+inductor-cl (optimal)": ("tab:cyan", "P"),
+    "ours+inductor-cl (approx)": ("tab:cyan", "X"),
     "ours+backend (optimal)": ("tab:brown", "*"),
-    "ours+backend (approx)": ("tab:cyan", "*"),
+    "ours+backend (approx)": ("tab:gray", "*"),
 }
 
 

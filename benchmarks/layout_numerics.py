@@ -1,0 +1,67 @@
+"""How far each layout's float32 gradients are from float64 ones, on the full-size CNNs of `benchmarks/peers.py`.
+
+    .venv/bin/python benchmarks/layout_numerics.py
+
+One eager backward per model in float64 (the reference), float32 contiguous, float32 with the batch in channels-last
+(what `channels_last=True` and `torch.compile`'s layout optimization run), and float32 through
+`checkmate.compile(..., executor="inductor")` without recomputation. Printed per model: the largest difference over
+parameters, relative to each parameter's largest float64 gradient.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import checkmate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers_tools import prepare_model, workloads
+
+
+def gradients(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Any) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss_fn(model, *batch).backward()
+    return [parameter.grad.double() for parameter in model.parameters() if parameter.grad is not None]
+
+
+def worst(got: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    return max(
+        ((value - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+        for value, expected in zip(got, reference, strict=True)
+    )
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    print("| model | float32 contiguous | float32 channels-last | executor='inductor' (contiguous) |")
+    print("|---|---:|---:|---:|")
+    for workload in workloads("full"):
+        if workload.name.startswith("GPT"):
+            continue
+        model, loss_fn, batch = prepare_model(workload, torch.device("cpu"))
+        wide = copy.deepcopy(model).double()
+        reference = gradients(wide, loss_fn, [b.double() if b.is_floating_point() else b for b in batch])
+        contiguous = gradients(copy.deepcopy(model), loss_fn, batch)
+        last = [b.contiguous(memory_format=torch.channels_last) if b.dim() == 4 else b for b in batch]
+        channels_last = gradients(copy.deepcopy(model), loss_fn, last)
+        compiled_model = copy.deepcopy(model)
+        step = checkmate.compile(
+            compiled_model, loss_fn, batch, budget=1.0, method="checkpoint_all", executor="inductor",
+            cost_model="flops", cache=False,
+        )  # fmt: skip
+        step(*batch)
+        inductor = [p.grad.double() for p in compiled_model.parameters() if p.grad is not None]
+        print(
+            f"| {workload.name} | {worst(contiguous, reference):.1e} | {worst(channels_last, reference):.1e} | "
+            f"{worst(inductor, reference):.1e} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
