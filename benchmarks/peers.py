@@ -66,7 +66,7 @@ from typing import Any
 import torch
 
 import checkmate
-from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes
+from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes, synchronize
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -292,10 +292,10 @@ def interleaved_times(candidates: list[Candidate], setting: Setting, repeats: in
         for index in order:
             candidate = candidates[index]
             candidate.model.zero_grad(set_to_none=True)
-            _synchronize(setting.device)
+            synchronize(setting.device)
             started = time.perf_counter()
             candidate.run()
-            _synchronize(setting.device)
+            synchronize(setting.device)
             if round_index > 0:
                 times[index].append(time.perf_counter() - started)
     return times
@@ -306,11 +306,6 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def distinct_levels(rows: list[Row], merge: float) -> dict[int, list[str]]:

@@ -90,7 +90,7 @@ def prepare(captured: Captured) -> Program:
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
     placeholders = tuple(node.name for node in captured.module.graph.nodes if node.op == "placeholder")
     constants = {
-        node.name: _fetch_attribute(captured.module, str(node.target))
+        node.name: fetch_attribute(captured.module, str(node.target))
         for node in captured.module.graph.nodes
         if node.op == "get_attr"
     }
@@ -108,7 +108,8 @@ def prepare(captured: Captured) -> Program:
     return Program(placeholders, constants, nodes, len(captured.buffer_names))
 
 
-def _fetch_attribute(module: torch.nn.Module, target: str) -> Any:
+def fetch_attribute(module: torch.nn.Module, target: str) -> Any:
+    """The module's attribute at a dotted fx `get_attr` target, such as "layer.weight"."""
     return functools.reduce(getattr, target.split("."), module)
 
 

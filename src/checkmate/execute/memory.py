@@ -146,6 +146,12 @@ def _measure_cuda(device: torch.device, baseline: Sequence[torch.Tensor], meter:
     meter.peak_bytes = peak - before + storage_bytes(t for t in baseline if t.is_cuda)
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA); nothing to wait for on CPU. Timers and meters call it around a step."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def eager_peak(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Sequence[Any]) -> int:
     """Measured peak of one plain `loss_fn(model, *batch).backward()`, counted as `measure_peak` counts.
 

@@ -41,7 +41,7 @@ from torch.utils import _pytree as pytree
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
 from checkmate.graph import Graph
-from checkmate.inductor.kernels import compile_kernels
+from checkmate.inductor.kernels import compile_kernels, example_value
 from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
@@ -244,8 +244,8 @@ def _device(examples: Sequence[Any]) -> torch.device:
 
 
 def _real_inputs(captured: Captured, examples: Sequence[Any]) -> list[Any]:
-    """Real tensors for the joint graph's placeholders: the region's example inputs for the primals, ones for the
-    tangents (only their layout and the time of what reads them matter to the measures)."""
+    """Real tensors for the joint graph's placeholders: the region's example inputs for the primals, zeros of the
+    traced layout for the tangents (only their layout and the time of what reads them matter to the measures)."""
     placeholders = [node for node in captured.module.graph.nodes if node.op == "placeholder"]
     inputs: list[Any] = []
     for position, node in enumerate(placeholders):
@@ -258,10 +258,6 @@ def _real_inputs(captured: Captured, examples: Sequence[Any]) -> list[Any]:
             and example.dtype == value.dtype
         ):
             inputs.append(example.detach())
-        elif isinstance(value, torch.Tensor):
-            inputs.append(
-                torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device).fill_(1)
-            )
         else:
-            inputs.append(value)
+            inputs.append(example_value(node))
     return inputs

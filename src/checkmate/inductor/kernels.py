@@ -174,7 +174,7 @@ def _compile(
     """Inductor's function for `module`, or None (logged) when Inductor cannot compile it or its function returns a
     value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such as a `cat`'s): the
     nodes that read it are compiled for the traced strides, so such a node runs as ATen ops."""
-    examples = [_example(node) for node in inputs]
+    examples = [example_value(node) for node in inputs]
     try:
         with torch.no_grad():
             function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
@@ -196,7 +196,7 @@ def _compile(
     return function
 
 
-def _example(node: torch.fx.Node) -> Any:
+def example_value(node: torch.fx.Node) -> Any:
     """A tensor of the traced shape, strides and dtype, of zeros (the compiler reads no contents; the trial call after
     compiling does, and zeros are valid indices for gathers and embeddings)."""
     value = node.meta.get("val")

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from checkmate.captured import Captured
+from checkmate.execute.interpreter import fetch_attribute
+from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.inductor.kernels import NodeKernel
-from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.torch_capture.json_cache import merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
@@ -45,8 +46,8 @@ class KernelMeasure:
     Attributes:
         seconds: median time of a call.
         peak_bytes: the most the allocator held during a call above what it held when the call started.
-        output_storages: for each returned value, the index of its storage in `storage_bytes`, or -1 when it lives
-            in an input's storage (a view of an input).
+        output_storages: for each returned value, the index of its storage in `storage_bytes`, or -1 when it is not
+            a tensor (a returned view of an input counts its input's storage: more than it holds, never less).
         storage_bytes: bytes of each storage the call returned.
     """
 
@@ -86,10 +87,10 @@ def _measure(
     for repeat in range(WARMUP + REPEATS):
         for index, call in _calls(captured, kernels, inputs):
             if index in times:
-                _synchronize(device)
+                synchronize(device)
                 started = time.perf_counter()
                 call()
-                _synchronize(device)
+                synchronize(device)
                 if repeat >= WARMUP:
                     times[index].append(time.perf_counter() - started)
             else:
@@ -107,7 +108,7 @@ def _calls(captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[A
     """Each node's call in graph order, as a thunk that stores its outputs; values die after their last reader."""
     placeholders = [node.name for node in captured.module.graph.nodes if node.op == "placeholder"]
     constants = {
-        node.name: _attribute(captured.module, str(node.target))
+        node.name: fetch_attribute(captured.module, str(node.target))
         for node in captured.module.graph.nodes
         if node.op == "get_attr"
     }
@@ -138,29 +139,15 @@ def _calls(captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[A
                 del values[name]
 
 
-def _attribute(module: torch.nn.Module, target: str) -> Any:
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def _memory(call: Any, device: torch.device) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """The call's allocator peak, and the storages of what it returned (-1 for an input's storage)."""
-    returned: list[Any] = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        start = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        returned.append(call())
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device) - start
-    else:
-        peak = allocator_peak(lambda: returned.append(call()))
+    """The call's allocator peak (the executor's meter, `measure_peak`, with nothing held as baseline), and the
+    storages of what it returned (-1 for a value that is not a tensor)."""
+    with measure_peak(device, (), allocator=True) as meter:
+        returned = call()
     storages: dict[int, int] = {}
     sizes: list[int] = []
     positions = []
-    for value in returned[0]:
+    for value in returned:
         if not isinstance(value, torch.Tensor):
             positions.append(-1)
             continue
@@ -169,12 +156,7 @@ def _memory(call: Any, device: torch.device) -> tuple[int, tuple[int, ...], tupl
             storages[pointer] = len(sizes)
             sizes.append(value.untyped_storage().nbytes())
         positions.append(storages[pointer])
-    return peak, tuple(positions), tuple(sizes)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return meter.peak_bytes, tuple(positions), tuple(sizes)
 
 
 def _load(path: Path) -> dict[str, KernelMeasure]:

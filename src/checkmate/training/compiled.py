@@ -29,7 +29,7 @@ from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InvalidArgument
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.execute.interpreter import Program, run_schedule
-from checkmate.execute.memory import measure_peak, step_baseline
+from checkmate.execute.memory import measure_peak, step_baseline, synchronize
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
@@ -334,7 +334,7 @@ class CompiledStep:
         device = parameters[0].device if parameters else torch.device("cpu")
         gradients = self._gradient_sink(compiled, parameters)
         timed = not measure or device.type == "cuda"
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         if measure:
             allocator = self._settings.executor == "inductor"
@@ -348,7 +348,7 @@ class CompiledStep:
             outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
             gradients.finish()
             _write_buffers(buffers, outputs.buffer_updates)
-        _synchronize(device)
+        synchronize(device)
         if timed:
             self._measured_time = time.perf_counter() - started
         return outputs.loss
@@ -433,11 +433,6 @@ def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tens
         for buffer, update in zip(buffers, updates, strict=True):
             if update is not None:
                 buffer.copy_(update)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _describe(shapes: Sequence[tuple[tuple[int, ...], str]]) -> str:
