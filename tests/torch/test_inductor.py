@@ -19,6 +19,7 @@ import checkmate
 import checkmate.inductor.measure
 import checkmate.training.compiled
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
+from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.memory import storage_bytes
 from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.torch_capture.fusion import fusible, is_extern
@@ -77,6 +78,8 @@ def test_matches_eager_and_the_allocator_stays_within_plan(name: str, budget: fl
     if budget < 1.0:
         assert step.plan.R.sum() > step.graph.size, "the tight budget must make the plan recompute"
     train_three_steps(step, reference, batch, f"{name} at {budget:.0%} on Inductor", exact=False)
+    compiled = step._compiled[step._current]
+    assert any(isinstance(item, SegmentCall) for item in compiled.program.fuse(compiled.schedule)), "ran no fused run"
 
 
 @pytest.mark.slow

@@ -120,6 +120,35 @@ class NodeProgram:
 
 
 @dataclass(frozen=True)
+class SegmentCall:
+    """Consecutive Compute steps run as one call of one compiled function (`checkmate.inductor.segments`).
+
+    The call takes the list of its arguments and empties it (the boxed convention), so an argument that only the list
+    holds dies inside the call after its last use: the live copies of the `handed` nodes, which the schedule frees
+    during the run of steps, are deleted from the locals before the call.
+
+    Attributes:
+        label: the run of steps, for messages.
+        function: called as `function(arguments)`, returns the values named by `outputs`, in order.
+        computes: the Compute steps it runs, each of a node with no live copy, each node once; recomputations of
+            nodes that make the loss or a buffer update excluded.
+        inputs: fx names of its arguments, in order.
+        outputs: fx names of what it returns: every export of the computed nodes still live after it, and the
+            values leaving the step that first computations among them make.
+        freed: computed nodes whose copy the schedule frees within the run (their values never leave the call).
+        handed: other nodes whose only live copy the schedule frees within the run.
+    """
+
+    label: str
+    function: Callable[[list[Any]], Sequence[Any]]
+    computes: tuple[Compute, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    freed: frozenset[int]
+    handed: frozenset[int]
+
+
+@dataclass(frozen=True)
 class StepSource:
     """What a step function is generated from: the program's nodes and inputs, and the schedule's steps.
 
@@ -128,7 +157,7 @@ class StepSource:
         placeholders: the fx names of the inputs, in the order the function receives them.
         constants: fx values fixed at capture (get_attr), by name.
         buffer_count: how many buffers the step may update (the length of the returned updates).
-        steps: the schedule's Compute and Free steps.
+        steps: the schedule's Compute and Free steps, runs of them possibly replaced by SegmentCalls.
         conform: restores a value's traced layout (None: values are used as the kernels lay them out).
     """
 
@@ -136,7 +165,7 @@ class StepSource:
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     buffer_count: int
-    steps: tuple[Step, ...]
+    steps: tuple[Step | SegmentCall, ...]
     conform: Conform | None = None
 
 
@@ -168,6 +197,8 @@ def step_function(source: StepSource) -> StepFunction:
     for step in source.steps:
         if isinstance(step, Compute):
             writer.compute(step.node, step.stage)
+        elif isinstance(step, SegmentCall):
+            writer.segment(step)
         else:
             writer.free(step.node, step.stage)
     return writer.finish()
@@ -211,6 +242,7 @@ class _StepWriter:
         self.copies: dict[int, int] = collections.defaultdict(int)
         self.operation_lines: dict[int, list[tuple[Operation, list[str]]]] = {}
         self.holds = 0
+        self.segments = 0
         self.loss_taken = False
         self.replayed = {step.node for step in source.steps if isinstance(step, Compute) and step.stage != step.node}
 
@@ -252,6 +284,40 @@ class _StepWriter:
             self._emit(f"{_BODY}del {self.held[index].popleft()}")
         elif node.exports:
             self._emit(_BODY + "del " + ", ".join(map(self.variables.of, node.exports)))
+
+    def segment(self, call: SegmentCall) -> None:
+        number = self.segments
+        self.segments += 1
+        arguments, returned = f"arguments_{number}", f"returned_{number}"
+        function = self.names.bind(call.function, "f")
+        operation = Operation(returned, call.function, call.function, (), {}, ())
+        failure = _Failure(call.label, call.computes[0].stage, operation)
+        self._emit(f"{_BODY}# {call.label}")
+        for index in call.handed:
+            if self.copies[index] != 1 or self.held[index]:
+                label = self.source.nodes[index].label
+                raise ExecutionError(f"{call.label} frees {label}, which does not hold exactly one live copy")
+            self.copies[index] -= 1
+        self._emit(f"{_BODY}{arguments} = [" + ", ".join(map(self.variables.of, call.inputs)) + "]")
+        dying = [name for index in sorted(call.handed) for name in self.source.nodes[index].exports]
+        if dying:
+            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, dying)))
+        self._emit(f"{_BODY}{returned} = {function}({arguments})", failure)
+        self._emit(_BODY + "".join(f"{self.variables.of(name)}, " for name in call.outputs) + f"= {returned}")
+        self._emit(f"{_BODY}del {arguments}, {returned}")
+        live: set[str] = set()
+        for step in call.computes:
+            node = self.source.nodes[step.node]
+            if step.stage == step.node:
+                for name in call.outputs:
+                    self._take(node, name, _BODY, failure)
+                self.loss_taken |= node.loss is not None
+            if step.node not in call.freed:
+                self.copies[step.node] += 1
+                live.update(node.exports)
+        transient = [name for name in call.outputs if name not in live]
+        if transient:
+            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, transient)))
 
     def finish(self) -> StepFunction:
         if not self.loss_taken:

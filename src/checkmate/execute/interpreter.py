@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,11 +32,12 @@ from checkmate.execute.codegen import (
     NodeProgram,
     Operation,
     Reference,
+    SegmentCall,
     StepFunction,
     StepSource,
     step_function,
 )
-from checkmate.simulate import Schedule
+from checkmate.simulate import Schedule, Step
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,15 @@ class Program:
 
     `step_functions` maps id(schedule) to (a weak reference to the schedule, its function): a schedule is
     generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
+    `fuse`, when set, replaces runs of a schedule's steps by compiled calls before the function is generated
+    (`checkmate.inductor.segments`).
     """
 
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     nodes: tuple[NodeProgram, ...]
     buffer_count: int
+    fuse: Callable[[Schedule], tuple[Step | SegmentCall, ...]] | None = field(default=None, compare=False)
     step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -67,9 +71,8 @@ class Program:
         cached = self.step_functions.get(id(schedule))
         if cached is not None and cached[0]() is schedule:
             return cached[1]
-        source = StepSource(
-            self.nodes, self.placeholders, self.constants, self.buffer_count, schedule.steps, _conform_layout
-        )
+        steps = schedule.steps if self.fuse is None else self.fuse(schedule)
+        source = StepSource(self.nodes, self.placeholders, self.constants, self.buffer_count, steps, _conform_layout)
         function = step_function(source)
         for key in [key for key, (reference, _) in self.step_functions.items() if reference() is None]:
             del self.step_functions[key]

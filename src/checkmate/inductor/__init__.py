@@ -7,7 +7,8 @@
 
 Stages: `kernels` compiles each planning node into one Inductor function (recomputations stay separate calls);
 `measure` times them and reads the allocator around each call; `pricing` puts those figures into the planning
-graph; `program` makes the executor's program call the functions.
+graph; `program` makes the executor's program call the functions; `segments` compiles runs of a solved schedule as
+one function each (fusion across nodes), keeping those that measure within the plan's peak.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def prepare_inductor(
     measures = measure_kernels(captured, kernels, inputs, device)
     graph = priced_graph(captured, kernels, measures, reprice_costs=reprice_costs)
     priced = dataclasses.replace(captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model)
-    return InductorStep(priced, inductor_program(priced, kernels), kernels)
+    return InductorStep(priced, inductor_program(priced, kernels, device), kernels)
 
 
 __all__ = ["InductorStep", "NodeKernel", "prepare_inductor"]

@@ -41,9 +41,9 @@ log = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL = 10.0
 
-# Functions compiled in this process, by key: a second capture of the same model (another budget, a replan)
-# compiles nothing. The key names the graph's code and its inputs' layouts, so an entry never serves another graph.
-_COMPILED: dict[tuple[str, int], tuple[Callable[..., Any], bool]] = {}
+# Functions compiled in this process (None: Inductor could not), by key and thread count. The key names the graph's
+# code and its inputs' layouts, so an entry never serves another graph.
+_COMPILED: dict[tuple[str, int], Callable[..., Any] | None] = {}
 
 
 @dataclass(frozen=True)
@@ -72,21 +72,30 @@ class NodeKernel:
 def node_graphs(captured: Captured) -> list[tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]]:
     """For each planning node: its ATen graph with canonical names, its inputs, its outputs and its key."""
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
-    leaving = {
-        captured.loss,
-        *filter(None, captured.gradients),
-        *filter(None, captured.buffer_updates),
-        *captured.region_outputs,
-    }
+    leaving = leaving_values(captured)
     return [
-        _node_graph(captured, fx_nodes, members, frozenset(exports) | leaving)
+        subgraph(fx_nodes, members, frozenset(exports) | leaving)
         for members, exports in zip(captured.members, captured.exports, strict=True)
     ]
 
 
-def _node_graph(
-    captured: Captured, fx_nodes: dict[str, torch.fx.Node], members: Sequence[str], returned: frozenset[str]
+def leaving_values(captured: Captured) -> frozenset[str]:
+    """The fx values that leave the step: the loss, the gradients, the buffer updates and a region's outputs."""
+    return frozenset(
+        {
+            captured.loss,
+            *filter(None, captured.gradients),
+            *filter(None, captured.buffer_updates),
+            *captured.region_outputs,
+        }
+    )
+
+
+def subgraph(
+    fx_nodes: dict[str, torch.fx.Node], members: Sequence[str], returned: frozenset[str]
 ) -> tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]:
+    """The ATen graph of the fx ops `members` (in order), with canonical names: its inputs are the values they read
+    from outside, its outputs the members named in `returned`. Returns (graph, inputs, outputs, key)."""
     graph = torch.fx.Graph()
     environment: dict[str, torch.fx.Node] = {}
     inputs: list[str] = []
@@ -133,14 +142,10 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     kernels = []
     graphs = node_graphs(captured)
     for index, (module, inputs, outputs, key) in enumerate(graphs):
-        memo = (key, torch.get_num_threads())  # Inductor's C++ kernels are built for the thread count
-        if key not in functions and memo in _COMPILED:
-            functions[key] = _COMPILED[memo]
-        elif key not in functions:
+        if key not in functions:
             random = index in captured.random_nodes
-            made = None if random else _compile(module, [fx_nodes[name] for name in inputs], outputs, fx_nodes, index)
+            made = None if random else compile_once(key, module, inputs, outputs, fx_nodes, f"planning node {index}")
             functions[key] = (module, False) if made is None else (made, True)
-            _COMPILED[memo] = functions[key]
         function, compiled = functions[key]
         kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
         if time.perf_counter() - last_report > PROGRESS_INTERVAL:
@@ -164,30 +169,46 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     return tuple(kernels)
 
 
-def _compile(
+def compile_once(
+    key: str,
     module: torch.fx.GraphModule,
-    inputs: Sequence[torch.fx.Node],
+    inputs: Sequence[str],
     outputs: Sequence[str],
     fx_nodes: dict[str, torch.fx.Node],
-    index: int,
+    what: str,
 ) -> Callable[..., Any] | None:
-    """Inductor's function for `module`, or None (logged) when Inductor cannot compile it or its function returns a
-    value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such as a `cat`'s): the
-    nodes that read it are compiled for the traced strides, so such a node runs as ATen ops."""
-    examples = [example_value(node) for node in inputs]
+    """`compile_graph`, once per key and thread count in this process (Inductor's C++ kernels are built for the
+    thread count): a second capture of the same model (another budget, a replan) compiles nothing."""
+    memo = (key, torch.get_num_threads())
+    if memo not in _COMPILED:
+        _COMPILED[memo] = compile_graph(module, inputs, outputs, fx_nodes, what)
+    return _COMPILED[memo]
+
+
+def compile_graph(
+    module: torch.fx.GraphModule,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    fx_nodes: dict[str, torch.fx.Node],
+    what: str,
+) -> Callable[..., Any] | None:
+    """Inductor's function for `module` (a `subgraph` of `what`), or None (logged) when Inductor cannot compile it or
+    its function returns a value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such
+    as a `cat`'s): the nodes that read it are compiled for the traced strides, so such a graph runs as ATen ops."""
+    examples = [example_value(fx_nodes[name]) for name in inputs]
     try:
         with torch.no_grad():
             function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
             returned = function(*examples)
     except Exception as error:  # Inductor raises many types; the node then runs as ATen ops, as before
-        log.warning("Inductor could not compile planning node %d; it runs as ATen ops: %s", index, error)
+        log.warning("Inductor could not compile %s; it runs as ATen ops: %s", what, error)
         return None
     for name, value in zip(outputs, returned, strict=True):
         traced = fx_nodes[name].meta.get("val")
         if isinstance(value, torch.Tensor) and isinstance(traced, torch.Tensor) and value.stride() != traced.stride():
             log.info(
-                "planning node %d runs as ATen ops: Inductor returns %r with strides %s where the trace has %s",
-                index,
+                "%s runs as ATen ops: Inductor returns %r with strides %s where the trace has %s",
+                what,
                 name,
                 tuple(value.stride()),
                 tuple(traced.stride()),
@@ -204,3 +225,16 @@ def example_value(node: torch.fx.Node) -> Any:
         return value
     shape, stride = tuple(value.shape), tuple(value.stride())
     return torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device).zero_()
+
+
+def boxed_entry(function: Callable[..., Any]) -> Callable[[list[Any]], Any] | None:
+    """The boxed form of a `compile_fx` function: called with the argument list, it empties the list, and Inductor's
+    code then frees each argument after its last use (when nothing else holds it). It is AOTAutograd's runtime wrapper
+    under `compile_fx`'s unboxed wrappers (which add no arguments to a graph without parameters); None when this
+    version of PyTorch wraps otherwise (the caller's trial call checks that the list comes back empty)."""
+    wrapped: Any = function
+    while wrapped is not None:
+        if getattr(wrapped, "__qualname__", "").endswith("runtime_wrapper") and getattr(wrapped, "_boxed_call", False):
+            return wrapped
+        wrapped = getattr(wrapped, "__wrapped__", None)
+    return None

@@ -1,0 +1,221 @@
+"""Runs of a schedule's steps compiled as one Inductor function each, so that Inductor fuses across planning nodes.
+
+One function per planning node (`checkmate.inductor.kernels`) keeps the plan's semantics but stops fusion at every
+node boundary: a residual sum and the LayerNorm that reads it, a gradient and the sum into its neighbour's. Once a
+plan is solved, this module compiles stretches of its schedule as one function each, as `torch.compile` compiles a
+whole forward or backward.
+
+A run is a stretch of consecutive steps in which
+
+* every node computed has a compiled function (not random, not run as ATen ops), is computed once, and holds no live
+  copy when the run computes it: a recomputation and the value it recomputes are never in one graph, so no
+  common-subexpression elimination can merge them;
+* no recomputation makes the loss or a buffer update (the executor swaps the first run's tensors in for those);
+* every node freed that the run did not compute holds exactly one live copy, which then dies inside the call;
+* at most MAX_NODES nodes are computed.
+
+Memory is measured, not assumed: Inductor reorders and fuses inside a run, so the per-node figures the plan was
+solved with do not bound it. Each run's function is called once on zeros of the traced layouts, as the step calls it
+(the values of freed nodes held only by the argument list, which the call empties), and the allocator's peak above
+the start of the call is read. A run is kept when what the plan holds as it starts plus that rise stays within the
+plan's peak; otherwise it is split in two and each half tried, down to single nodes, which run their own functions.
+The rises are cached on disk beside the node measures, so a second compile of the same model measures nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from checkmate.captured import Captured
+from checkmate.execute.codegen import SegmentCall
+from checkmate.execute.memory import measure_peak
+from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_once, example_value, leaving_values, subgraph
+from checkmate.simulate import Compute, Free, Schedule, Step
+from checkmate.torch_capture.json_cache import merge_entries, read_entries
+from checkmate.torch_capture.profile import cache_directory, device_key
+
+log = logging.getLogger(__name__)
+
+MAX_NODES = 96
+
+
+def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], max_nodes: int) -> list[range]:
+    """Positions of the runs of `steps` that may be one call (the rules in the module docstring), each computing at
+    least two nodes; `compiled(step)` says whether a Compute step may join a run."""
+    runs: list[range] = []
+    copies: Counter[int] = Counter()
+    start: int | None = None
+    members: set[int] = set()
+
+    def close(stop: int) -> None:
+        if start is not None and len(members) >= 2:
+            runs.append(range(start, stop))
+
+    for position, step in enumerate(steps):
+        if isinstance(step, Compute):
+            joinable = compiled(step) and copies[step.node] == 0
+            if start is not None and (not joinable or step.node in members or len(members) == max_nodes):
+                close(position)
+                start = None
+            if joinable and start is None:
+                start, members = position, set()
+            if start is not None:
+                members.add(step.node)
+            copies[step.node] += 1
+        else:
+            if start is not None and step.node not in members and copies[step.node] != 1:
+                close(position)
+                start = None
+            copies[step.node] -= 1
+    close(len(steps))
+    return runs
+
+
+def fused_steps(
+    captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, schedule: Schedule
+) -> tuple[Step | SegmentCall, ...]:
+    """`schedule.steps` with each run that fits the plan's peak replaced by one compiled call."""
+    runs = candidate_runs(schedule.steps, _joinable(captured, kernels), MAX_NODES)
+    if not runs:
+        return schedule.steps
+    fuser = _Fuser(captured, device, schedule)
+    started = time.perf_counter()
+    calls: dict[int, tuple[SegmentCall, int]] = {}
+    for number, run in enumerate(runs):
+        calls.update((start, (call, stop)) for start, stop, call in fuser.fuse(run))
+        log.info(
+            "Inductor: %d of %d runs of the schedule compiled and measured in %.0f s",
+            number + 1,
+            len(runs),
+            time.perf_counter() - started,
+        )
+    fuser.store()
+    steps: list[Step | SegmentCall] = []
+    position = 0
+    while position < len(schedule.steps):
+        if position in calls:
+            call, position = calls[position]
+            steps.append(call)
+        else:
+            steps.append(schedule.steps[position])
+            position += 1
+    log.info(
+        "Inductor: %d of %d computations run in %d fused calls",
+        sum(len(call.computes) for call, _ in calls.values()),
+        sum(isinstance(step, Compute) for step in schedule.steps),
+        len(calls),
+    )
+    return tuple(steps)
+
+
+def _joinable(captured: Captured, kernels: Sequence[NodeKernel]) -> Callable[[Compute], bool]:
+    leaving = {captured.loss, *filter(None, captured.buffer_updates)}
+    makes_leaving = {index for index, members in enumerate(captured.members) if leaving.intersection(members)}
+
+    def joinable(step: Compute) -> bool:
+        return kernels[step.node].compiled and (step.stage == step.node or step.node not in makes_leaving)
+
+    return joinable
+
+
+def measure_rise(entry: Callable[[list[Any]], Any], arguments: list[Any], device: torch.device) -> int:
+    """The allocator's peak above its level when `entry(arguments)` starts (the executor's meter, `measure_peak`)."""
+    with torch.no_grad(), measure_peak(device, (), allocator=True) as meter:
+        entry(arguments)
+    return meter.peak_bytes
+
+
+class _Fuser:
+    """Compiles and measures runs of one schedule, splitting those that would exceed the plan's peak."""
+
+    def __init__(self, captured: Captured, device: torch.device, schedule: Schedule) -> None:
+        self.captured = captured
+        self.device = device
+        self.schedule = schedule
+        self.fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+        self.leaving = leaving_values(captured)
+        self.path = cache_directory() / f"inductor-runs-{device_key(device, torch.get_num_threads())}.json"
+        self.rises: dict[str, int] = {key: int(value) for key, value in read_entries(self.path).items()}
+        self.fresh: dict[str, int] = {}
+        graph = captured.graph
+        usage_of: dict[int, int] = {}
+        for position, step in enumerate(schedule.steps):
+            if isinstance(step, Compute):
+                usage_of[position] = len(usage_of)
+        self.before: dict[int, int] = {}
+        for position, index in usage_of.items():
+            step = schedule.steps[position]
+            assert isinstance(step, Compute)
+            first = step.stage == step.node
+            node = graph.nodes[step.node]
+            transient = node.workspace if first or node.recompute_workspace is None else node.recompute_workspace
+            self.before[position] = schedule.usage[index] - node.memory - transient - (node.retained if first else 0)
+
+    def fuse(self, run: range) -> list[tuple[int, int, SegmentCall]]:
+        """(start, stop, call) for `run`: one call, or those of its halves (single nodes stay steps)."""
+        computes = [position for position in run if isinstance(self.schedule.steps[position], Compute)]
+        if len(computes) < 2:
+            return []
+        call = self._call(run)
+        if call is not None:
+            return [(run.start, run.stop, call)]
+        middle = computes[len(computes) // 2]
+        return self.fuse(range(run.start, middle)) + self.fuse(range(middle, run.stop))
+
+    def _call(self, run: range) -> SegmentCall | None:
+        before = self.before[run.start]
+        if before > self.schedule.peak_memory:
+            return None
+        steps = [self.schedule.steps[position] for position in run]
+        computes = tuple(step for step in steps if isinstance(step, Compute))
+        members = {step.node for step in computes}
+        freed = frozenset(step.node for step in steps if isinstance(step, Free) and step.node in members)
+        handed = frozenset(step.node for step in steps if isinstance(step, Free) and step.node not in members)
+        returned = {name for index in members - freed for name in self.captured.exports[index]}
+        returned |= {
+            name
+            for step in computes
+            if step.stage == step.node
+            for name in self.captured.members[step.node]
+            if name in self.leaving
+        }
+        fx_members = [name for step in computes for name in self.captured.members[step.node]]
+        module, inputs, outputs, key = subgraph(self.fx_nodes, fx_members, frozenset(returned))
+        label = f"fused run of steps {run.start}-{run.stop - 1} (nodes {computes[0].node}-{computes[-1].node})"
+        function = compile_once(key, module, inputs, outputs, self.fx_nodes, label)
+        entry = None if function is None else boxed_entry(function)
+        if entry is None:
+            return None
+        dying = {name for index in handed for name in self.captured.exports[index]}
+        rise = self._rise(entry, inputs, dying, key)
+        if rise is None or before + rise > self.schedule.peak_memory:
+            log.debug("%s: %s above the plan's peak; split", label, rise)
+            return None
+        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed)
+
+    def _rise(self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], key: str) -> int | None:
+        """The allocator's peak above its level when the call starts (None: the call kept its argument list)."""
+        measured_key = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
+        cache_key = measured_key.hexdigest()
+        if cache_key in self.rises:
+            return self.rises[cache_key]
+        arguments = [example_value(self.fx_nodes[name]) for name in inputs]
+        kept = [value for name, value in zip(inputs, arguments, strict=True) if name not in dying]
+        rise = measure_rise(entry, arguments, self.device)
+        del kept
+        if arguments:
+            log.warning("Inductor's boxed call kept its arguments; this run of the schedule is not fused")
+            return None
+        self.rises[cache_key] = self.fresh[cache_key] = rise
+        return rise
+
+    def store(self) -> None:
+        if self.fresh:
+            merge_entries(self.path, dict(self.fresh))

@@ -1,0 +1,97 @@
+"""Runs of a schedule fused into one Inductor call (`checkmate.inductor.segments`).
+
+The end-to-end oracles (gradients against eager, the allocator within the plan, a recomputation not merged away) are
+in `test_inductor.py`, whose steps run fused; here: which runs may be fused, that the measured peak decides, and that
+a second compile measures nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import checkmate
+import checkmate.inductor.segments
+from checkmate import zoo
+from checkmate.execute.codegen import SegmentCall
+from checkmate.inductor.segments import candidate_runs
+from checkmate.simulate import Compute, Free
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+def _every(step: Compute) -> bool:
+    return True
+
+
+def test_runs_stop_at_a_node_that_cannot_join() -> None:
+    steps = [Compute(0, 0), Compute(1, 1), Free(0, 1), Compute(2, 2), Compute(3, 3), Compute(4, 4)]
+    runs = candidate_runs(steps, lambda step: step.node != 2, max_nodes=10)
+    assert runs == [range(0, 3), range(4, 6)]
+
+
+def test_a_recomputation_never_joins_the_run_of_what_it_recomputes() -> None:
+    steps = [Compute(0, 0), Compute(1, 1), Free(0, 1), Compute(0, 2), Compute(2, 2)]
+    assert candidate_runs(steps, _every, max_nodes=10) == [range(0, 3), range(3, 5)]
+
+
+def test_a_node_with_a_live_copy_is_not_computed_in_a_run() -> None:
+    steps = [Compute(0, 0), Compute(1, 1), Compute(0, 1), Compute(2, 2)]
+    assert candidate_runs(steps, _every, max_nodes=10) == [range(0, 2)]
+
+
+def test_a_run_stops_before_freeing_one_of_several_copies() -> None:
+    steps = [Compute(0, 0), Compute(1, 1), Compute(1, 2), Compute(2, 2), Compute(3, 3), Free(1, 3), Compute(4, 4)]
+    runs = candidate_runs(steps, _every, max_nodes=10)
+    assert runs == [range(0, 2), range(3, 5)], "node 1 holds two copies when stage 3 frees one"
+
+
+def test_runs_are_at_most_max_nodes_long() -> None:
+    steps = [Compute(node, node) for node in range(7)]
+    assert candidate_runs(steps, _every, max_nodes=3) == [range(0, 3), range(3, 6)]
+
+
+def _gpt_step() -> Any:
+    torch.manual_seed(0)
+    model, loss_fn, batch = zoo.gpt(batch_size=2, length=16, dim=32, heads=2, layers=1, vocab=64)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, executor="inductor", cost_model="flops", measure_memory="never"
+    )
+    step(*batch)
+    return step, batch
+
+
+@pytest.mark.slow
+def test_a_run_is_fused_only_where_its_measured_peak_fits_the_plan(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    step, _ = _gpt_step()
+    compiled = step._compiled[step._current]
+    calls = [item for item in compiled.program.fuse(compiled.schedule) if isinstance(item, SegmentCall)]
+    assert calls, "a step without recomputation is one run of compiled nodes"
+    assert sum(len(call.computes) for call in calls) > len(compiled.schedule.steps) // 3
+
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))  # no cached peaks: every run is measured again
+    monkeypatch.setattr(checkmate.inductor.segments, "measure_rise", lambda *arguments: 2**40)
+    assert compiled.program.fuse(compiled.schedule) == compiled.schedule.steps, "no run fits when it measures 1 TiB"
+
+
+@pytest.mark.slow
+def test_a_second_compile_measures_no_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpt_step()
+
+    def no_measuring(*arguments: Any) -> None:
+        raise AssertionError("the runs' peaks should come from the cache")
+
+    monkeypatch.setattr(checkmate.inductor.segments, "measure_rise", no_measuring)
+    step, _ = _gpt_step()
+    compiled = step._compiled[step._current]
+    assert any(isinstance(item, SegmentCall) for item in compiled.program.fuse(compiled.schedule))
