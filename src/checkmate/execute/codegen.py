@@ -41,6 +41,9 @@ where the interpreter of the plan would drop it, and nothing else refers to it.
   `torch.random.fork_rng` when recomputed: the recomputed masks equal the first ones and the global stream advances
   exactly as in eager mode.
 * A value with a traced stride that came out laid out otherwise is replaced by `conform(value, stride, name)`.
+* A `SegmentCall` (the Inductor executor's fused run of steps) is one call of a compiled function on a list of its
+  arguments: the values of the nodes it frees are deleted from the locals first, so they die inside the call after
+  their last use, and its results are unpacked into the locals of the nodes that stay live.
 
 Failures carry no per-operation bookkeeping: the failing source line (the traceback's line in the generated frame)
 maps to the operation, its graph node and stage.

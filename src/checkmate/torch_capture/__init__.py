@@ -31,6 +31,7 @@ from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.torch_capture.layout import Layout, build_layout
+from checkmate.torch_capture.lean_backward import lean_backward
 from checkmate.torch_capture.merge import merge_groups
 from checkmate.torch_capture.profile import OpProfile, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
@@ -67,7 +68,8 @@ def capture(
             that adds into `.grad`s kept from earlier steps); "when_made" counts each from the node that makes it
             to the end of the step (`.grad`s are None when the step starts, as after `optimizer.zero_grad()`).
         fused: group ops as Inductor fuses them (`checkmate.torch_capture.fusion`): one planning node per fused
-            kernel, its inner values not counted. For plans that `checkmate.inductor` runs.
+            kernel, its inner values not counted; and let ReLU and max-pooling backward read a mask and a shape
+            instead of forward tensors (`checkmate.torch_capture.lean_backward`). For plans `checkmate.inductor` runs.
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
@@ -76,6 +78,8 @@ def capture(
     check_gradient_memory(gradient_memory)
     started = time.perf_counter()
     trace = trace_step(model, loss_fn, batch)
+    if fused:
+        lean_backward(trace.module)
     prepare_graph(trace.module)
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     if fused:

@@ -1,0 +1,81 @@
+"""Backward ops rewritten to read what Inductor's generated code reads, so a plan may keep less for them.
+
+Two ATen backward ops take a whole forward tensor that their compiled form does not need in full:
+
+* `threshold_backward(grad, y, threshold)` (a ReLU's backward) reads `y` only to compare it with the threshold.
+  It becomes `where(mask, 0, grad)` with `mask = le(y, threshold)` computed in the forward pass, right after `y`:
+  the plan may then keep the 1-byte mask instead of the 4-byte `y` (what `torch.compile`'s partitioner saves). The
+  values are the same bit for bit: both give `grad` where `y > threshold` and 0 elsewhere (NaN included).
+* `max_pool2d_with_indices_backward(grad, x, ..., indices)` reads `x` for its shape only (Inductor's lowering scatters
+  `grad` by `indices` into a buffer of `x`'s size; the ATen kernel likewise writes zeros of `x`'s shape). `x` is
+  replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.
+
+Applied by `capture(..., fused=True)` (the Inductor executor) only: the eager executor runs the ATen graph as traced.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.node import map_arg
+
+log = logging.getLogger(__name__)
+
+aten = torch.ops.aten
+
+
+def lean_backward(module: torch.fx.GraphModule) -> None:
+    """Rewrite the joint graph's ReLU and max-pooling backward ops (in place; module docstring)."""
+    graph = module.graph
+    masks = stand_ins = 0
+    for node in list(graph.nodes):
+        if node.target is aten.threshold_backward.default:
+            _mask_relu_backward(graph, node)
+            masks += 1
+        elif node.target is aten.max_pool2d_with_indices_backward.default:
+            _pool_backward_by_shape(graph, node)
+            stand_ins += 1
+    if masks or stand_ins:
+        graph.lint()
+        module.recompile()
+        log.info("lean backward: %d ReLU backward ops read a mask, %d max-pool backward ops a shape", masks, stand_ins)
+
+
+def _mask_relu_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    grad, output, threshold = node.args
+    assert isinstance(output, torch.fx.Node)
+    while output.target in (aten.detach.default, aten.alias.default):  # to the op that made y, in the forward
+        output = output.args[0]
+        assert isinstance(output, torch.fx.Node)
+    fake_mode = output.meta["val"].fake_mode
+    with graph.inserting_after(output):
+        mask = _call(graph, aten.le.Scalar, (output, threshold), fake_mode)
+    with graph.inserting_before(node):
+        masked = _call(graph, aten.where.ScalarSelf, (mask, 0.0, grad), fake_mode)
+    node.replace_all_uses_with(masked)
+    graph.erase_node(node)
+
+
+def _pool_backward_by_shape(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    source = node.args[1]
+    assert isinstance(source, torch.fx.Node)
+    value = source.meta["val"]
+    with graph.inserting_before(node):
+        options = {"dtype": value.dtype, "device": value.device}
+        zero = _call(graph, aten.zeros.default, ([],), value.fake_mode, options)
+        shaped = _call(graph, aten.expand.default, (zero, list(value.shape)), value.fake_mode)
+    node.replace_input_with(source, shaped)
+
+
+def _call(
+    graph: torch.fx.Graph, target: Any, args: tuple[Any, ...], fake_mode: Any, kwargs: dict[str, Any] | None = None
+) -> torch.fx.Node:
+    """A new call node with its fake value in `meta["val"]`, as the trace gives every node."""
+    created = graph.call_function(target, args, kwargs or {})
+    values = map_arg((args, kwargs or {}), lambda argument: argument.meta["val"])
+    with fake_mode:
+        created.meta["val"] = target(*values[0], **values[1])
+    return created

@@ -1,0 +1,61 @@
+"""ReLU and max-pooling backward rewritten to read a mask and a shape (`checkmate.torch_capture.lean_backward`).
+
+Oracles: plain `loss.backward()` bit for bit (the rewritten graph run op by op by the ATen executor, under a plan that
+recomputes everything it can), and the graph itself (no backward op reads a ReLU output or a pooling input).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+import checkmate
+from checkmate import zoo
+from checkmate.execute.interpreter import prepare, run_schedule
+from checkmate.simulate import lower
+from checkmate.strategies.common import cheapest_r
+
+aten = torch.ops.aten
+
+
+def _vgg() -> tuple[torch.nn.Module, Any, tuple[torch.Tensor, ...]]:
+    model, loss_fn, batch = zoo.vgg(batch_size=2, image_size=32, width=4)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0  # the oracle is bitwise: no random masks to line up
+    return model, loss_fn, batch
+
+
+def test_relu_and_pool_backward_no_longer_read_forward_tensors() -> None:
+    model, loss_fn, batch = _vgg()
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="unit", fused=True)
+    graph = captured.module.graph
+    order = {node: position for position, node in enumerate(graph.nodes)}
+    loss = next(node for node in graph.nodes if node.name == captured.loss)
+    assert not any(node.target is aten.threshold_backward.default for node in graph.nodes)
+    masks = [node for node in graph.nodes if node.target is aten.le.Scalar]
+    assert masks and all(order[mask] < order[loss] for mask in masks), "every mask is made in the forward pass"
+    pools = [node for node in graph.nodes if node.target is aten.max_pool2d_with_indices_backward.default]
+    assert len(pools) == 4
+    for pool in pools:
+        shape = pool.args[1]
+        assert shape.target is aten.expand.default and shape.args[0].target is aten.zeros.default
+
+
+def test_the_rewritten_step_equals_eager_bit_for_bit() -> None:
+    model, loss_fn, batch = _vgg()
+    reference = copy.deepcopy(model)
+    expected = loss_fn(reference, *batch)
+    expected.backward()
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="unit", fused=True)
+    nothing = np.zeros((captured.graph.size, captured.graph.size), dtype=bool)
+    schedule = lower(captured.graph, cheapest_r(captured.graph, nothing), nothing)
+    gradients: dict[int, torch.Tensor] = {}
+    parameters = [parameter.detach() for parameter in model.parameters()]
+    outputs = run_schedule(prepare(captured), schedule, [*parameters, *batch], on_gradient=gradients.__setitem__)
+    assert torch.equal(outputs.loss, expected.detach())
+    for index, parameter in enumerate(reference.parameters()):
+        assert parameter.grad is not None and torch.equal(gradients[index], parameter.grad), index
