@@ -10,7 +10,8 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
   `grad` by `indices` into a buffer of `x`'s size; the ATen kernel likewise writes zeros of `x`'s shape). `x` is
   replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.
 
-Applied by `capture(..., fused=True)` (the Inductor executor) only: the eager executor runs the ATen graph as traced.
+Applied by `capture(..., fused=True)` (the Inductor executor) and `capture_joint` (`checkmate.backend`), whose nodes
+Inductor compiles; the eager executor runs the ATen graph as traced.
 """
 
 from __future__ import annotations
