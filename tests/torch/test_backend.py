@@ -23,11 +23,7 @@ from checkmate.torch_capture.allocator import allocator_peak
 TIME_LIMIT = 15
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
 
 @pytest.fixture(autouse=True)

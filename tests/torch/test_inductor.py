@@ -8,7 +8,7 @@ ATen ops), and the allocator's own peak during each step (it sees Inductor's buf
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,12 +41,7 @@ MODELS: dict[str, Callable[[], Any]] = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Plans and node measures cached for this module only (Inductor keeps its own compile cache)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
 
 def _build(name: str) -> Any:

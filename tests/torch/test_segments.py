@@ -7,7 +7,6 @@ a second compile measures nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,12 +19,7 @@ from checkmate.execute.codegen import SegmentCall
 from checkmate.inductor.segments import candidate_runs
 from checkmate.simulate import Compute, Free
 
-
-@pytest.fixture(scope="module", autouse=True)
-def cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
 
 def _every(step: Compute) -> bool:

@@ -144,7 +144,7 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     for index, (module, inputs, outputs, key) in enumerate(graphs):
         if key not in functions:
             random = index in captured.random_nodes
-            made = None if random else compile_once(key, module, inputs, outputs, fx_nodes, f"planning node {index}")
+            made = None if random else compile_graph(key, module, inputs, outputs, fx_nodes, f"planning node {index}")
             functions[key] = (module, False) if made is None else (made, True)
         function, compiled = functions[key]
         kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
@@ -169,7 +169,7 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     return tuple(kernels)
 
 
-def compile_once(
+def compile_graph(
     key: str,
     module: torch.fx.GraphModule,
     inputs: Sequence[str],
@@ -177,32 +177,30 @@ def compile_once(
     fx_nodes: dict[str, torch.fx.Node],
     what: str,
 ) -> Callable[..., Any] | None:
-    """`compile_graph`, once per key and thread count in this process (Inductor's C++ kernels are built for the
-    thread count): a second capture of the same model (another budget, a replan) compiles nothing."""
+    """Inductor's function for `module` (the `subgraph` of `what`, with that key), or None (logged) when Inductor
+    cannot compile it or its function returns a value laid out otherwise than traced (a view of a buffer whose layout
+    Inductor chose, such as a `cat`'s): the nodes that read it are compiled for the traced strides, so such a graph
+    runs as ATen ops. Compiled once per key and thread count in this process (Inductor's C++ kernels are built for
+    the thread count): a second capture of the same model (another budget, a replan) compiles nothing."""
     memo = (key, torch.get_num_threads())
-    if memo not in _COMPILED:
-        _COMPILED[memo] = compile_graph(module, inputs, outputs, fx_nodes, what)
-    return _COMPILED[memo]
-
-
-def compile_graph(
-    module: torch.fx.GraphModule,
-    inputs: Sequence[str],
-    outputs: Sequence[str],
-    fx_nodes: dict[str, torch.fx.Node],
-    what: str,
-) -> Callable[..., Any] | None:
-    """Inductor's function for `module` (a `subgraph` of `what`), or None (logged) when Inductor cannot compile it or
-    its function returns a value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such
-    as a `cat`'s): the nodes that read it are compiled for the traced strides, so such a graph runs as ATen ops."""
+    if memo in _COMPILED:
+        return _COMPILED[memo]
     examples = [example_value(fx_nodes[name]) for name in inputs]
+    made: Callable[..., Any] | None = None
     try:
         with torch.no_grad():
             function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
             returned = function(*examples)
-    except Exception as error:  # Inductor raises many types; the node then runs as ATen ops, as before
+        made = function if _laid_out_as_traced(returned, outputs, fx_nodes, what) else None
+    except Exception as error:  # Inductor raises many types; the graph then runs as ATen ops, as before
         log.warning("Inductor could not compile %s; it runs as ATen ops: %s", what, error)
-        return None
+    _COMPILED[memo] = made
+    return made
+
+
+def _laid_out_as_traced(
+    returned: Sequence[Any], outputs: Sequence[str], fx_nodes: dict[str, torch.fx.Node], what: str
+) -> bool:
     for name, value in zip(outputs, returned, strict=True):
         traced = fx_nodes[name].meta.get("val")
         if isinstance(value, torch.Tensor) and isinstance(traced, torch.Tensor) and value.stride() != traced.stride():
@@ -213,8 +211,8 @@ def compile_graph(
                 tuple(value.stride()),
                 tuple(traced.stride()),
             )
-            return None
-    return function
+            return False
+    return True
 
 
 def example_value(node: torch.fx.Node) -> Any:

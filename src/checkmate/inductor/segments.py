@@ -36,7 +36,7 @@ import torch
 from checkmate.captured import Captured
 from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.memory import measure_peak
-from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_once, example_value, leaving_values, subgraph
+from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.simulate import Compute, Free, Schedule, Step
 from checkmate.torch_capture.json_cache import merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
@@ -189,7 +189,7 @@ class _Fuser:
         fx_members = [name for step in computes for name in self.captured.members[step.node]]
         module, inputs, outputs, key = subgraph(self.fx_nodes, fx_members, frozenset(returned))
         label = f"fused run of steps {run.start}-{run.stop - 1} (nodes {computes[0].node}-{computes[-1].node})"
-        function = compile_once(key, module, inputs, outputs, self.fx_nodes, label)
+        function = compile_graph(key, module, inputs, outputs, self.fx_nodes, label)
         entry = None if function is None else boxed_entry(function)
         if entry is None:
             return None
