@@ -197,11 +197,13 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
         settings.method,
     )
     plan = _cached_solve(captured, budget, settings)
+    schedule = lower(captured.graph, plan.R, plan.S)
+    program.step_function(schedule)  # generated now: the Inductor executor compiles and measures its fused runs here
     return Compiled(
         captured,
         program,
         plan,
-        lower(captured.graph, plan.R, plan.S),
+        schedule,
         no_remat,
         parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
         buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),
@@ -334,7 +336,7 @@ class CompiledStep:
         device = parameters[0].device if parameters else torch.device("cpu")
         gradients = self._gradient_sink(compiled, parameters)
         timed = not measure or device.type == "cuda"
-        compiled.program.step_function(compiled.schedule)  # generated (Inductor runs fused) before timing, metering
+        compiled.program.step_function(compiled.schedule)  # a plan set by use_plan: generated before it is metered
         synchronize(device)
         started = time.perf_counter()
         if measure:
