@@ -17,8 +17,10 @@ from checkmate import zoo
 from checkmate.execute.interpreter import prepare, run_schedule
 from checkmate.simulate import lower
 from checkmate.strategies.common import cheapest_r
+from checkmate.torch_capture.channels_last import channels_last_step
 
 aten = torch.ops.aten
+POOL_BACKWARD = aten.max_pool2d_with_indices_backward.default
 
 
 def _vgg() -> tuple[torch.nn.Module, Any, tuple[torch.Tensor, ...]]:
@@ -38,7 +40,7 @@ def test_relu_and_pool_backward_no_longer_read_forward_tensors() -> None:
     assert not any(node.target is aten.threshold_backward.default for node in graph.nodes)
     masks = [node for node in graph.nodes if node.target is aten.le.Scalar]
     assert masks and all(order[mask] < order[loss] for mask in masks), "every mask is made in the forward pass"
-    pools = [node for node in graph.nodes if node.target is aten.max_pool2d_with_indices_backward.default]
+    pools = [node for node in graph.nodes if node.target is POOL_BACKWARD]
     assert len(pools) == 4
     for pool in pools:
         shape = pool.args[1]
@@ -59,3 +61,15 @@ def test_the_rewritten_step_equals_eager_bit_for_bit() -> None:
     assert torch.equal(outputs.loss, expected.detach())
     for index, parameter in enumerate(reference.parameters()):
         assert parameter.grad is not None and torch.equal(gradients[index], parameter.grad), index
+
+
+def test_a_channels_last_pool_keeps_its_input_for_the_layout_of_its_gradient() -> None:
+    """A channels-last input makes a channels-last gradient; a stand-in of no layout would make a contiguous one, which
+    the nodes reading it were not compiled for."""
+    model, loss_fn, batch = _vgg()
+    captured = checkmate.capture(model, channels_last_step(loss_fn), batch, cost_model="unit", fused=True)
+    pools = [node for node in captured.module.graph.nodes if node.target is POOL_BACKWARD]
+    assert len(pools) == 4
+    for pool in pools:
+        assert pool.args[1].target is not aten.expand.default
+        assert pool.meta["val"].is_contiguous(memory_format=torch.channels_last)

@@ -9,6 +9,7 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
 * `max_pool2d_with_indices_backward(grad, x, ..., indices)` reads `x` for its shape only (Inductor's lowering scatters
   `grad` by `indices` into a buffer of `x`'s size; the ATen kernel likewise writes zeros of `x`'s shape). `x` is
   replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.
+  Not where the input is channels-last: its layout also picks the gradient's, and the stand-in has none.
 
 Applied by `capture(..., fused=True)` (the Inductor executor) and `capture_joint` (`checkmate.backend`), whose nodes
 Inductor compiles; the eager executor runs the ATen graph as traced.
@@ -37,8 +38,7 @@ def lean_backward(module: torch.fx.GraphModule) -> None:
             _mask_relu_backward(graph, node)
             masks += 1
         elif node.target is aten.max_pool2d_with_indices_backward.default:
-            _pool_backward_by_shape(graph, node)
-            stand_ins += 1
+            stand_ins += _pool_backward_by_shape(graph, node)
     if masks or stand_ins:
         graph.lint()
         module.recompile()
@@ -60,7 +60,9 @@ def _mask_relu_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     graph.erase_node(node)
 
 
-def _pool_backward_by_shape(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+def _pool_backward_by_shape(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """Replace the input; False (graph unchanged) where the result's layout would change: the input's layout picks
+    the result's (a channels-last input gives a channels-last gradient), and a stand-in has no layout."""
     source = node.args[1]
     assert isinstance(source, torch.fx.Node)
     value = source.meta["val"]
@@ -69,6 +71,13 @@ def _pool_backward_by_shape(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
         zero = _call(graph, aten.zeros.default, ([],), value.fake_mode, options)
         shaped = _call(graph, aten.expand.default, (zero, list(value.shape)), value.fake_mode)
     node.replace_input_with(source, shaped)
+    traced = node.meta["val"]
+    if _fake_value(node.target, node.args, node.kwargs, value.fake_mode).stride() == traced.stride():
+        return True
+    node.replace_input_with(shaped, source)
+    graph.erase_node(shaped)
+    graph.erase_node(zero)
+    return False
 
 
 def _call(
@@ -76,7 +85,11 @@ def _call(
 ) -> torch.fx.Node:
     """A new call node with its fake value in `meta["val"]`, as the trace gives every node."""
     created = graph.call_function(target, args, kwargs or {})
-    values = map_arg((args, kwargs or {}), lambda argument: argument.meta["val"])
-    with fake_mode:
-        created.meta["val"] = target(*values[0], **values[1])
+    created.meta["val"] = _fake_value(target, args, kwargs or {}, fake_mode)
     return created
+
+
+def _fake_value(target: Any, args: Any, kwargs: Any, fake_mode: Any) -> Any:
+    values = map_arg((args, kwargs), lambda argument: argument.meta["val"])
+    with fake_mode:
+        return target(*values[0], **values[1])
