@@ -31,7 +31,7 @@ from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.torch_capture.layout import Layout, build_layout
-from checkmate.torch_capture.lean_backward import lean_backward
+from checkmate.torch_capture.lean_backward import lean_backward as rewrite_lean_backward
 from checkmate.torch_capture.merge import merge_groups
 from checkmate.torch_capture.profile import OpProfile, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
@@ -51,6 +51,7 @@ def capture(
     optimizer_state_bytes: int = 0,
     gradient_memory: str = "whole_step",
     fused: bool = False,
+    lean_backward: bool = False,
 ) -> Captured:
     """Capture one training step of `model` as a planning graph and the fx graph that executes it.
 
@@ -68,8 +69,9 @@ def capture(
             that adds into `.grad`s kept from earlier steps); "when_made" counts each from the node that makes it
             to the end of the step (`.grad`s are None when the step starts, as after `optimizer.zero_grad()`).
         fused: group ops as Inductor fuses them (`checkmate.torch_capture.fusion`): one planning node per fused
-            kernel, its inner values not counted; and let ReLU and max-pooling backward read a mask and a shape
-            instead of forward tensors (`checkmate.torch_capture.lean_backward`). For plans `checkmate.inductor` runs.
+            kernel, its inner values not counted. For plans that `checkmate.inductor` runs.
+        lean_backward: let ReLU and max-pooling backward read a 1-byte mask and a shape instead of forward tensors
+            (`checkmate.torch_capture.lean_backward`): lower floors, more compute.
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
@@ -78,8 +80,8 @@ def capture(
     check_gradient_memory(gradient_memory)
     started = time.perf_counter()
     trace = trace_step(model, loss_fn, batch)
-    if fused:
-        lean_backward(trace.module)
+    if lean_backward:
+        rewrite_lean_backward(trace.module)
     prepare_graph(trace.module)
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     if fused:

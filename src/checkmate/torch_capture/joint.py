@@ -24,7 +24,6 @@ from checkmate.torch_capture.costs import flops_per_op, group_costs
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
 from checkmate.torch_capture.layout import build_layout
-from checkmate.torch_capture.lean_backward import lean_backward
 
 
 def capture_joint(
@@ -35,8 +34,7 @@ def capture_joint(
     device: torch.device,
     random_state_bytes: int,
 ) -> Captured:
-    """The planning graph of an AOTAutograd joint graph (changed in place: unused views dropped, ReLU and max-pool
-    backward rewritten as `checkmate.torch_capture.lean_backward` says).
+    """The planning graph of an AOTAutograd joint graph (changed in place: unused views dropped).
 
     Args:
         module: the joint graph.
@@ -48,7 +46,6 @@ def capture_joint(
     Raises:
         CaptureError: no forward output is computed by the graph (nothing to plan).
     """
-    lean_backward(module)
     prepare_graph(module)
     nodes = {node.name: node for node in module.graph.nodes}
     computed = [name for name in forward_outputs if nodes[name].op == "call_function"]

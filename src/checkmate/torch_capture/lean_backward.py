@@ -11,8 +11,9 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
   replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.
   Not where the input is channels-last: its layout also picks the gradient's, and the stand-in has none.
 
-Applied by `capture(..., fused=True)` (the Inductor executor) and `capture_joint` (`checkmate.backend`), whose nodes
-Inductor compiles; the eager executor runs the ATen graph as traced.
+Applied by `capture(..., lean_backward=True)`, which the Inductor executor asks for only when the budget is below what
+its first capture reaches (`checkmate.training.executors.leaner_capture`): the masks cost time, since Inductor's CPU
+code that makes and reads bool tensors is slow (a 4 MiB mask took 9 ms to make where eager's `le` takes 0.3 ms).
 """
 
 from __future__ import annotations

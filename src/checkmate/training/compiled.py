@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
-from checkmate.errors import ExecutionError, InvalidArgument
+from checkmate.errors import ExecutionError, InfeasibleBudget, InvalidArgument
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.execute.interpreter import Program, run_schedule
 from checkmate.execute.memory import measure_peak, step_baseline, synchronize
@@ -36,7 +36,13 @@ from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
 from checkmate.torch_capture import capture
 from checkmate.training import plan_cache
-from checkmate.training.executors import capture_options, check_executor, prepare_executor, traced_loss
+from checkmate.training.executors import (
+    capture_options,
+    check_executor,
+    leaner_capture,
+    prepare_executor,
+    traced_loss,
+)
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes, resolve_budget
 
@@ -179,16 +185,42 @@ def compile(
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
-    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible)."""
+    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible). A budget
+    below what the capture can reach is tried once more with the executor's leaner capture, if it has one."""
+    try:
+        return _plan_capture(model, loss_fn, batch, settings, settings.capture_options, None)
+    except InfeasibleBudget as error:
+        leaner = leaner_capture(settings.executor)
+        if leaner is None:
+            raise
+        log.info("%s; planning again with %s", error, leaner.description)
+        try:
+            return _plan_capture(model, loss_fn, batch, settings, {**settings.capture_options, **leaner.options}, error)
+        except InfeasibleBudget as leaner_error:
+            if error.minimum is not None and leaner_error.minimum is not None and error.minimum < leaner_error.minimum:
+                raise error from None
+            raise
+
+
+def _plan_capture(
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    options: dict[str, Any],
+    refused: InfeasibleBudget | None,
+) -> Compiled:
+    """Plan one capture of the step; the budget in bytes is the refused one's when this is a second try (so that a
+    fraction keeps meaning a fraction of the first capture's peak without recomputation)."""
     captured, program = prepare_executor(
         settings.executor,
-        capture(model, traced_loss(settings.channels_last, model, loss_fn), batch, **settings.capture_options),
+        capture(model, traced_loss(settings.channels_last, model, loss_fn), batch, **options),
         model,
         batch,
         settings.cost_model,
     )
     no_remat = solve(captured.graph, None, method="checkpoint_all")
-    budget = resolve_budget(settings.budget, no_remat.peak_memory)
+    budget = resolve_budget(settings.budget, no_remat.peak_memory) if refused is None else refused.budget
     log.info(
         "planning %d nodes: no-remat peak %s, budget %s, method %s",
         captured.graph.size,
