@@ -128,7 +128,8 @@ def compile(
             called (`optimizer.zero_grad()`, whose default sets them to None), else the call raises ExecutionError.
         executor: "eager" runs each node's ATen ops (gradients bit for bit eager's); "inductor" runs each planning
             node as one Inductor-compiled function, capture grouping ops as Inductor fuses them and the plan priced
-            by the compiled functions as measured (`checkmate.inductor`; gradients equal eager's to rounding).
+            by the compiled functions as measured, and runs of the schedule as one function each where they measure
+            within the plan (`checkmate.inductor`; gradients equal eager's to rounding).
         channels_last: trace a model with 2-D convolutions with its 4-D batch converted to channels-last inside the
             step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
             CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
