@@ -155,19 +155,14 @@ class _Fuser:
         self.path = cache_directory() / f"inductor-runs-{device_key(device, torch.get_num_threads())}.json"
         self.rises: dict[str, int] = {key: int(value) for key, value in read_entries(self.path).items()}
         self.fresh: dict[str, int] = {}
-        graph = captured.graph
-        usage_of: dict[int, int] = {}
-        for position, step in enumerate(schedule.steps):
-            if isinstance(step, Compute):
-                usage_of[position] = len(usage_of)
+        # Bytes held just before each Compute step: its `usage` (`checkmate.simulate.lower`) less what the step adds.
+        computes = [(position, step) for position, step in enumerate(schedule.steps) if isinstance(step, Compute)]
         self.before: dict[int, int] = {}
-        for position, index in usage_of.items():
-            step = schedule.steps[position]
-            assert isinstance(step, Compute)
+        for (position, step), usage in zip(computes, schedule.usage, strict=True):
             first = step.stage == step.node
-            node = graph.nodes[step.node]
+            node = captured.graph.nodes[step.node]
             transient = node.workspace if first or node.recompute_workspace is None else node.recompute_workspace
-            self.before[position] = schedule.usage[index] - node.memory - transient - (node.retained if first else 0)
+            self.before[position] = usage - node.memory - transient - (node.retained if first else 0)
 
     def fuse(self, run: range) -> list[tuple[int, int, SegmentCall]]:
         """(start, stop, call) for `run`: one call, or those of its halves (single nodes stay steps)."""

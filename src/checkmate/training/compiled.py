@@ -369,7 +369,6 @@ class CompiledStep:
         device = parameters[0].device if parameters else torch.device("cpu")
         gradients = self._gradient_sink(compiled, parameters)
         timed = not measure or device.type == "cuda"
-        compiled.program.step_function(compiled.schedule)  # a plan set by use_plan: generated before it is metered
         synchronize(device)
         started = time.perf_counter()
         if measure:
@@ -437,6 +436,7 @@ class CompiledStep:
         """
         compiled = self._compiled[self._current]
         schedule = lower(compiled.captured.graph, plan.R, plan.S)
+        compiled.program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
         self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule)
         self._measured_peak.pop(self._current, None)
         return plan
