@@ -75,7 +75,7 @@ def test_matches_eager_and_the_allocator_stays_within_plan(name: str, budget: fl
     train_three_steps(step, reference, batch, f"{name} at {budget:.0%} on Inductor", exact=False)
     compiled = step._compiled[step._current]
     fused = any(isinstance(item, SegmentCall) for item in compiled.program.fuse(compiled.schedule))
-    assert fused == (budget == 1.0), "runs are fused exactly when the schedule does not recompute"
+    assert fused, "runs of compiled nodes are fused, in a recomputing schedule too"
 
 
 @pytest.mark.slow

@@ -86,13 +86,7 @@ def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], m
 def fused_steps(
     captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, schedule: Schedule
 ) -> tuple[Step | SegmentCall, ...]:
-    """`schedule.steps` with each run that fits the plan's peak replaced by one compiled call; a schedule that
-    recomputes is left as it is (on the full-size ResNet of `benchmarks/peers.py` at 19.70 MiB with
-    `gradient_memory="when_made"`, fused runs of a recomputing schedule gave gradients 4.5e-2 from eager, cause not
-    yet found)."""
-    if any(isinstance(step, Compute) and step.stage != step.node for step in schedule.steps):
-        log.info("Inductor: the schedule recomputes, so its runs are not fused (one function per node)")
-        return schedule.steps
+    """`schedule.steps` with each run that fits the plan's peak replaced by one compiled call."""
     runs = candidate_runs(schedule.steps, _joinable(captured, kernels), MAX_NODES)
     if not runs:
         return schedule.steps
