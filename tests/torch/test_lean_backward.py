@@ -42,6 +42,10 @@ def test_relu_and_pool_backward_no_longer_read_forward_tensors() -> None:
     assert not any(node.target is aten.threshold_backward.default for node in graph.nodes)
     masks = [node for node in graph.nodes if node.target is aten.le.Scalar]
     assert masks and all(order[mask] < order[loss] for mask in masks), "every mask is made in the forward pass"
+    kept = [user for mask in masks for user in mask.users]
+    assert len(kept) == len(masks) and all(node.meta["val"].dtype == torch.bfloat16 for node in kept), (
+        "the backward reads a 2-byte copy of each mask (Inductor's CPU code for bool tensors is slow)"
+    )
     pools = [node for node in graph.nodes if node.target is POOL_BACKWARD]
     assert len(pools) == 4
     for pool in pools:

@@ -56,9 +56,9 @@ class LeanerCapture:
 
 
 def leaner_capture(executor: str) -> LeanerCapture | None:
-    """The executor's leaner capture, or None. For "inductor": ReLU and max-pool backward reading a 1-byte mask and a
-    shape (`checkmate.torch_capture.lean_backward`): smaller floors (VGG's full-size one 18.17 -> 15.19 MiB), but
-    Inductor's CPU code for the bool masks is slow (on that VGG a step took 1.7x as long), so it is not the default."""
+    """The executor's leaner capture, or None. For "inductor": ReLU and max-pool backward reading a 2-byte mask and a
+    shape (`checkmate.torch_capture.lean_backward`): smaller floors (VGG's full-size one 18.17 -> 16.17 MiB), at the
+    cost of making the masks, so it is tried only for budgets the first capture cannot meet."""
     if executor == "inductor":
         return LeanerCapture({"lean_backward": True}, "ReLU and max-pool backward reading masks and shapes")
     return None
