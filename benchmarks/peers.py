@@ -159,13 +159,13 @@ def plan_ours(setting: Setting, budget: int, how: tuple[str, str], level: int) -
     tool = f"ours ({method})" if executor == "eager" else f"ours+{executor} ({method})"
     if executor == "backend":
         return _plan_ours_backend(setting, budget, method, level, tool)
-    channels_last = executor.endswith("-cl")
+    channels_last = {"inductor-cl": True, "inductor-contiguous": False}.get(executor)  # else the default (auto)
     started = time.perf_counter()
     try:
         step = checkmate.compile(
             model, setting.loss_fn, setting.batch, budget=int(budget), method=method,
             cost_model=args.cost_model, time_limit=args.time_limit, measure_memory="first",
-            gradient_memory=args.gradient_memory, executor=executor.removesuffix("-cl"), channels_last=channels_last,
+            gradient_memory=args.gradient_memory, executor=executor.split("-")[0], channels_last=channels_last,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
         failed = Candidate(tool, config, model, lambda: None, knob=level, budget=int(budget))
@@ -390,10 +390,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
     parser.add_argument(
         "--executors", nargs="*", default=["eager", "inductor", "inductor-cl", "backend"],
-        choices=("eager", "inductor", "inductor-cl", "backend"),
-        help="how ours runs: checkmate.compile on ATen ops (eager) or Inductor-compiled nodes (inductor; inductor-cl "
-        "with channels_last=True, convolutions in channels-last as torch.compile runs them), or torch.compile with "
-        "checkmate.backend (backend)",
+        choices=("eager", "inductor", "inductor-cl", "inductor-contiguous", "backend"),
+        help="how ours runs: checkmate.compile on ATen ops (eager) or Inductor-compiled nodes (inductor, its default "
+        "layout choice; inductor-cl with channels_last=True, inductor-contiguous with channels_last=False), or "
+        "torch.compile with checkmate.backend (backend)",
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (median)")
     parser.add_argument("--time-limit", type=float, help="seconds per solve of ours (default 45, quick 10)")

@@ -262,6 +262,8 @@ TOOL_STYLE = {
     "ours+inductor (approx)": ("tab:pink", "X"),
     "ours+inductor-cl (optimal)": ("tab:cyan", "P"),
     "ours+inductor-cl (approx)": ("tab:cyan", "X"),
+    "ours+inductor-contiguous (optimal)": ("tab:purple", "P"),
+    "ours+inductor-contiguous (approx)": ("tab:purple", "X"),
     "ours+backend (optimal)": ("tab:brown", "*"),
     "ours+backend (approx)": ("tab:gray", "*"),
 }

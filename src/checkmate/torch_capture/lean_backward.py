@@ -14,7 +14,7 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
   Not where the input is channels-last: its layout also picks the gradient's, and the stand-in has none.
 
 Applied by `capture(..., lean_backward=True)`, which the Inductor executor asks for only when the budget is below what
-its first capture reaches (`checkmate.training.executors.leaner_capture`): making the masks costs a pass over each
+its other captures reach (`checkmate.training.executors.capture_choices`): making the masks costs a pass over each
 ReLU's output.
 """
 

@@ -37,9 +37,10 @@ from checkmate.solve import solve
 from checkmate.torch_capture import capture
 from checkmate.training import plan_cache
 from checkmate.training.executors import (
+    CaptureChoice,
+    capture_choices,
     capture_options,
     check_executor,
-    leaner_capture,
     prepare_executor,
     traced_loss,
 )
@@ -68,7 +69,7 @@ class Settings:
     measure_memory: str
     executor: str = "eager"
     cost_model: str = "profile"
-    channels_last: bool = False
+    channels_last: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def compile(
     measure_memory: str = "first",
     gradient_memory: str = "whole_step",
     executor: str = "eager",
-    channels_last: bool = False,
+    channels_last: bool | None = None,
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -133,7 +134,9 @@ def compile(
         channels_last: trace a model with 2-D convolutions with its 4-D batch converted to channels-last inside the
             step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
             CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
-            `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away).
+            `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away). None (the
+            default) is True for the Inductor executor, falling back to the model's layout for a budget only that
+            reaches, and False for the eager one.
         **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
             time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
             the best found, and `step.plan.status` says whether it was proven optimal.
@@ -186,21 +189,18 @@ def compile(
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
-    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible). A budget
-    below what the capture can reach is tried once more with the executor's leaner capture, if it has one."""
-    try:
-        return _plan_capture(model, loss_fn, batch, settings, settings.capture_options, None)
-    except InfeasibleBudget as error:
-        leaner = leaner_capture(settings.executor)
-        if leaner is None:
-            raise
-        log.info("%s; planning again with %s", error, leaner.description)
+    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible). The
+    executor's captures are tried fastest first (`capture_choices`); a budget below what one can reach goes to the
+    next, and when none fits, the error names the smallest budget any of them could meet."""
+    refusals: list[InfeasibleBudget] = []
+    for choice in capture_choices(settings.executor, settings.channels_last, model):
+        if refusals:
+            log.info("%s; planning again with %s", refusals[-1], choice.description)
         try:
-            return _plan_capture(model, loss_fn, batch, settings, {**settings.capture_options, **leaner.options}, error)
-        except InfeasibleBudget as leaner_error:
-            if error.minimum is not None and leaner_error.minimum is not None and error.minimum < leaner_error.minimum:
-                raise error from None
-            raise
+            return _plan_capture(model, loss_fn, batch, settings, choice, refusals[0] if refusals else None)
+        except InfeasibleBudget as refusal:
+            refusals.append(refusal)
+    raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
 
 
 def _plan_capture(
@@ -208,14 +208,20 @@ def _plan_capture(
     loss_fn: LossFunction,
     batch: Sequence[Any],
     settings: Settings,
-    options: dict[str, Any],
+    choice: CaptureChoice,
     refused: InfeasibleBudget | None,
 ) -> Compiled:
-    """Plan one capture of the step; the budget in bytes is the refused one's when this is a second try (so that a
-    fraction keeps meaning a fraction of the first capture's peak without recomputation)."""
+    """Plan one capture of the step; the budget in bytes is the first refused one's when this is a later try (so
+    that a fraction keeps meaning a fraction of the first capture's peak without recomputation)."""
     captured, program = prepare_executor(
         settings.executor,
-        capture(model, traced_loss(settings.channels_last, model, loss_fn), batch, **options),
+        capture(
+            model,
+            traced_loss(choice.channels_last, model, loss_fn),
+            batch,
+            **settings.capture_options,
+            **choice.options,
+        ),
         model,
         batch,
         settings.cost_model,

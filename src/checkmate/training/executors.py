@@ -43,25 +43,38 @@ def capture_options(executor: str, cost_model: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class LeanerCapture:
-    """Capture options that reach smaller budgets at some cost in time, tried when the first capture cannot fit.
+class CaptureChoice:
+    """One way to capture the step: the layout it traces and the capture options it adds.
 
     Attributes:
+        channels_last: trace a convolutional model's batch converted to channels-last (`traced_loss`).
         options: added to the executor's capture options.
-        description: what they change, for the log.
+        description: what it is, for the log.
     """
 
+    channels_last: bool
     options: dict[str, Any]
     description: str
 
 
-def leaner_capture(executor: str) -> LeanerCapture | None:
-    """The executor's leaner capture, or None. For "inductor": ReLU and max-pool backward reading a 2-byte mask and a
-    shape (`checkmate.torch_capture.lean_backward`): smaller floors (VGG's full-size one 18.17 -> 16.17 MiB), at the
-    cost of making the masks, so it is tried only for budgets the first capture cannot meet."""
+def capture_choices(executor: str, channels_last: bool | None, model: nn.Module) -> tuple[CaptureChoice, ...]:
+    """The captures to plan, fastest first: each next one is tried only when the budget is below what the previous
+    can reach (so the budget, not a switch, decides what a step gives up for memory).
+
+    For "inductor": with `channels_last=None` (auto), a model with 2-D convolutions is traced channels-last first, as
+    `torch.compile`'s layout optimization runs it, then in its own layout; last comes the leaner capture of the last
+    layout, whose ReLU and max-pool backward read a 2-byte mask and a shape (`checkmate.torch_capture.lean_backward`;
+    VGG's full-size floor 18.17 -> 16.17 MiB, at the cost of making the masks). For "eager": one capture, in the
+    model's layout unless `channels_last=True`."""
+    if channels_last is None:
+        layouts = [True, False] if executor == "inductor" and has_convolutions(model) else [False]
+    else:
+        layouts = [channels_last]
+    choices = [CaptureChoice(layout, {}, "channels-last" if layout else "the model's layout") for layout in layouts]
     if executor == "inductor":
-        return LeanerCapture({"lean_backward": True}, "ReLU and max-pool backward reading masks and shapes")
-    return None
+        lean = {"lean_backward": True}
+        choices.append(CaptureChoice(layouts[-1], lean, "ReLU and max-pool backward reading masks and shapes"))
+    return tuple(choices)
 
 
 def traced_loss(channels_last: bool, model: nn.Module, loss_fn: LossFunction) -> LossFunction:
