@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
-from checkmate.errors import InfeasibleBudget
+from checkmate.errors import InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import SearchControl, stop_on_interrupt
@@ -34,6 +34,7 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
 
     Raises:
         InfeasibleBudget: no plan of that method fits; the error's `minimum` is the smallest budget it could meet.
+        InvalidSchedule: the method returned a plan over the budget (a bug of the method, never a budget's fault).
     """
     budget_bytes = None if budget is None else parse_bytes(budget)
     started = time.perf_counter()
@@ -45,11 +46,11 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         plan = call_strategy(method, graph, budget_bytes, options)
     elapsed = time.perf_counter() - started
     if budget_bytes is not None and plan.peak_memory > budget_bytes:
-        raise InfeasibleBudget(
-            f"{method} returned a plan with peak {format_bytes(plan.peak_memory)} over the budget "
-            f"{format_bytes(budget_bytes)}",
-            budget=budget_bytes,
-            minimum=plan.peak_memory,
+        # Every strategy raises InfeasibleBudget itself when it cannot fit; a plan over the budget is a bug, and
+        # reporting it as "does not fit" would hide it in sweeps, comparisons and max batch.
+        raise InvalidSchedule(
+            f"internal error: {method} returned a plan with peak {format_bytes(plan.peak_memory)} over the budget "
+            f"{format_bytes(budget_bytes)} instead of raising InfeasibleBudget; please report the graph and budget"
         )
     log.info("%s: cost %.6g, peak %s, %.3f s", method, plan.cost, format_bytes(plan.peak_memory), elapsed)
     return dataclasses.replace(plan, solve_time=elapsed, budget=budget_bytes)

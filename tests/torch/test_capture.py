@@ -7,6 +7,7 @@ only exported values between graph nodes); it is independent of checkmate.execut
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import subprocess
@@ -260,6 +261,26 @@ def test_unsupported_constructs_raise_capture_error_naming_them() -> None:
         capture(nn.Linear(4, 4), lambda m, x: _twice(m(x)).sum(), batch, cost_model="unit")
     with pytest.raises(CaptureError, match="cost_model"):
         capture(nn.Linear(4, 4), lambda m, x: m(x).sum(), batch, cost_model="guess")
+
+
+def test_an_error_in_the_users_model_is_a_capture_error_naming_its_line() -> None:
+    def broken(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the user's own bug")
+
+    with pytest.raises(CaptureError, match=r"ValueError: the user's own bug") as raised:
+        capture(nn.Linear(4, 4), broken, (torch.randn(2, 4),), cost_model="unit")
+    assert f"{__file__}:" in str(raised.value)
+
+
+def test_an_error_in_checkmates_own_code_keeps_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug of ours while tracing must not read as "your model is not traceable": the error raised inside checkmate
+    (here `distinct_state` called on None, from the step's tracing context) keeps its type and traceback."""
+    from checkmate.torch_capture import model_state, trace
+
+    monkeypatch.setattr(trace, "tracing_ahead_of_time", functools.partial(model_state.distinct_state, None))
+    with pytest.raises(AttributeError, match="named_parameters") as raised:
+        capture(nn.Linear(4, 4), lambda m, x: m(x).sum(), (torch.randn(2, 4),), cost_model="unit")
+    assert raised.traceback[-1].path == Path(model_state.__file__)
 
 
 def _branch(hidden: torch.Tensor) -> torch.Tensor:

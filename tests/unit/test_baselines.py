@@ -15,11 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from oracles import paper_cost_and_peak
 
-from checkmate import Graph, InfeasibleBudget, MethodNotApplicable, Node, check_plan, solve
+from checkmate import Graph, InfeasibleBudget, InvalidSchedule, MethodNotApplicable, Node, check_plan, solve
 from checkmate.examples import linear_graph, random_training_graph, training_graph
+from checkmate.strategies import registry
 from checkmate.strategies.chen import chen_greedy_linear, chen_sqrtn, greedy_plan
 from checkmate.strategies.common import plan_from_s
 from checkmate.strategies.griewank import griewank, revolve_plan
+from checkmate.strategies.registry import Strategy, call_strategy
 from checkmate.strategies.segments import (
     articulation_points,
     checkpoint_s,
@@ -268,3 +270,21 @@ def test_griewank_accepts_a_chain_whose_gradients_read_their_inputs() -> None:
 def test_griewank_refuses_graphs_that_are_not_chains(graph: Graph) -> None:
     with pytest.raises(MethodNotApplicable, match="chen_sqrtn_linear"):
         solve(graph, None, method="griewank")
+
+
+@pytest.mark.parametrize("method", ["checkpoint_all", "chen_sqrtn", "chen_greedy", "griewank", "optimal", "approx"])
+def test_every_method_raises_infeasible_budget_itself(method: str) -> None:
+    """The methods say "does not fit" themselves: `solve` no longer turns an over-budget plan into that answer."""
+    graph = linear_graph(6)
+    floor = solve(graph, None, method="checkpoint_all").peak_memory // 4
+    with pytest.raises(InfeasibleBudget):
+        call_strategy(method, graph, floor, {"time_limit": 5} if method in ("optimal", "approx") else {})
+
+
+def test_an_over_budget_plan_from_a_method_is_a_bug_not_an_infeasible_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = linear_graph(4)
+    over = solve(graph, None, method="checkpoint_all")
+    broken = Strategy("checkpoint_all", "returns its plan whatever the budget", lambda graph, budget: over)
+    monkeypatch.setitem(registry._STRATEGIES, "checkpoint_all", broken)
+    with pytest.raises(InvalidSchedule, match="internal error: checkpoint_all returned a plan"):
+        solve(graph, over.peak_memory - 1, method="checkpoint_all")

@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,44 @@ def test_a_corrupt_or_foreign_entry_is_ignored_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
         plan = plan_cache.cached_solve(key, GRAPH, cost_model="unit", options={}, solve=solver)
     assert "another graph" in caplog.text and solver.calls == 1 and plan.status == "optimal"
+
+
+def _damaged(document: dict[str, Any], change: str) -> dict[str, Any]:
+    plan = dict(document["plan"])
+    if change == "no plan":
+        return {**document, "plan": None}
+    if change == "no R":
+        del plan["R"]
+    if change == "R of another size":
+        plan["R"] = plan["R"][:-1]
+    if change == "effort of words":
+        return {**document, "effort": {"time_limit": "long"}}
+    return {**document, "plan": plan}
+
+
+@pytest.mark.parametrize("change", ["no plan", "no R", "R of another size", "effort of words"])
+def test_a_damaged_entry_for_this_graph_is_ignored_with_a_warning(
+    cache_directory: Path, caplog: pytest.LogCaptureFixture, change: str
+) -> None:
+    key = _key()
+    path = cache_directory / f"{key}.json"
+    plan_cache.write_plan(path, _plan(status="optimal"), GRAPH, cost_model="unit")
+    path.write_text(json.dumps(_damaged(json.loads(path.read_text()), change)))
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+        assert plan_cache.load_cached(key, GRAPH, cost_model="unit") is None
+    assert "ignoring the cached plan" in caplog.text
+
+
+def test_a_bug_while_reading_an_entry_is_not_taken_for_a_damaged_file(
+    cache_directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only what a damaged or foreign file raises is caught: an error of ours keeps its type."""
+    key = _key()
+    plan_cache.write_plan(cache_directory / f"{key}.json", _plan(status="optimal"), GRAPH, cost_model="unit")
+
+    def broken(options: object) -> dict[str, float | None]:
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr(plan_cache, "_effort", broken)
+    with pytest.raises(KeyError, match="a bug of ours"):
+        plan_cache.load_cached(key, GRAPH, cost_model="unit")

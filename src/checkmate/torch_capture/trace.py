@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from checkmate.errors import CaptureError
 from checkmate.torch_capture.model_state import ModelState, distinct_state, parameters_without_gradient
-from checkmate.torch_capture.trace_errors import explain_trace_error
+from checkmate.torch_capture.trace_errors import explain_trace_error, raised_in_checkmate
 from checkmate.torch_capture.tracing_context import tracing_ahead_of_time
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,8 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     except CaptureError:
         raise
     except Exception as error:
+        if raised_in_checkmate(error):
+            raise
         raise _explained(error) from None
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
@@ -150,6 +152,8 @@ def _without_gradient(step: _Step, fake_leaves: list[torch.Tensor], state: Model
     except CaptureError:
         raise
     except Exception as error:
+        if raised_in_checkmate(error):
+            raise
         raise _explained(error) from None
 
 
@@ -168,6 +172,8 @@ def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Modul
         with FakeCopyMode(fake_mode):
             fake_model = copy.deepcopy(model)
     except Exception as error:
+        if raised_in_checkmate(error):
+            raise
         raise CaptureError(
             f"cannot copy the model onto fake tensors ({type(error).__name__}: {error}); "
             "the model must support copy.deepcopy"

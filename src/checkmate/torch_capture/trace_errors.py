@@ -66,6 +66,16 @@ def explain_trace_error(error: Exception) -> str:
     return f"tracing the training step failed{where}: {first_line}. The model must be traceable by AOTAutograd"
 
 
+def raised_in_checkmate(error: BaseException) -> bool:
+    """Whether `error` was raised by checkmate's own code (a bug of ours, which keeps its type and traceback) rather
+    than by the user's model or loss, or by torch's tracer (which capture explains as a CaptureError)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_PACKAGE_ROOT)
+
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _where(error: BaseException) -> str:
     """` at file:line in function: source` for the innermost frame outside torch and this tracer, or ""."""
     library_roots = tuple(os.path.dirname(os.path.abspath(path)) + os.sep for path in (torch.__file__ or "", __file__))

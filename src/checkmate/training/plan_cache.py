@@ -116,8 +116,8 @@ def load_cached(key: str, graph: Graph, *, cost_model: str) -> CachedPlan | None
     try:
         document = _document(path)
         plan = _plan_of(document, path, graph, cost_model=cost_model)
-        effort = _effort(document.get("effort", {}))
-    except (CheckmateError, ValueError, KeyError, TypeError, AttributeError, OSError) as error:
+        effort = _stored_effort(document, path)
+    except (OSError, ValueError, CheckmateError) as error:  # unreadable, not JSON, damaged, foreign or stale
         log.warning("ignoring the cached plan %s: %s", path, error)
         return None
     log.info("loaded the cached plan %s (%s)", path, plan.status)
@@ -192,9 +192,24 @@ def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_
     """The plan in a document `write_plan` wrote, checked to be for `graph` (see `read_plan`)."""
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckmateError(f"{path} is not a checkmate plan file (format {FORMAT!r})")
-    if document["graph"] != graph_fingerprint(graph, cost_model=cost_model):
+    if document.get("graph") != graph_fingerprint(graph, cost_model=cost_model):
         raise CheckmateError(
             f"{path} holds a plan for another graph (a different model, batch shape or cost model): "
             "compile again to make a plan for this one"
         )
-    return Plan.from_json(json.dumps(document["plan"]), graph)
+    stored = document.get("plan")
+    if not isinstance(stored, dict) or not isinstance(stored.get("method"), str):
+        raise CheckmateError(f"{path} is damaged: it has no plan")
+    for matrix in ("R", "S"):
+        if not isinstance(stored.get(matrix), list):
+            raise CheckmateError(f"{path} is damaged: its plan has no {matrix} matrix")
+    return Plan.from_json(json.dumps(stored), graph)  # a matrix of another size raises ValueError (reshape)
+
+
+def _stored_effort(document: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, float | None]:
+    effort = document.get("effort", {})
+    if not isinstance(effort, dict) or not all(
+        value is None or (isinstance(value, int | float) and not isinstance(value, bool)) for value in effort.values()
+    ):
+        raise CheckmateError(f"{path} is damaged: its effort is not a table of numbers")
+    return _effort(effort)
