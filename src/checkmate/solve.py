@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
@@ -12,10 +13,21 @@ from checkmate.errors import InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import SearchControl, stop_on_interrupt
-from checkmate.strategies.registry import call_strategy, option_names
+from checkmate.strategies.registry import call_strategy, check_options, option_names
 from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
+
+SEARCH_OPTIONS = ("time_limit", "progress")  # taken by `solve` for a method that searches, as its SearchControl
+
+
+def check_solve_options(method: str, options: Mapping[str, Any]) -> None:
+    """InvalidArgument for what `solve(graph, budget, method=method, **options)` would refuse in its method or options
+    (an unknown method, an option it does not take, a value it refuses such as an unknown solver), before any work."""
+    searching = "control" in (option_names(method) or ())
+    check_options(
+        method, {name: value for name, value in options.items() if not (searching and name in SEARCH_OPTIONS)}
+    )
 
 
 def solve(graph: Graph, budget: int | float | str | None, *, method: str = "checkpoint_all", **options: Any) -> Plan:

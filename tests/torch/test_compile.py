@@ -16,6 +16,7 @@ import pytest
 from eager_oracle import compare_steps, train_three_steps
 
 import checkmate
+import checkmate.training.compiled
 from checkmate import CheckmateError, ExecutionError, cheapest_r, make_plan, zoo
 from checkmate.execute import eager_peak
 from checkmate.training.compiled import resolve_budget
@@ -182,3 +183,28 @@ def test_a_measured_peak_above_the_plan_is_reported(
     step(*batch)
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert len(warnings) == 1 and "above the plan's" in warnings[0] and "by 4.00 KiB" in warnings[0], warnings
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"backend": "inductor"}, "unknown MILP backend 'inductor'"),
+        ({"time_limt": 5}, "takes no option 'time_limt'"),
+        ({"method": "chen_greedy", "backend": "highs"}, "takes no option 'backend'"),
+        ({"method": "fastest"}, "unknown method 'fastest'"),
+    ],
+    ids=["unknown solver", "misspelt option", "option of another method", "unknown method"],
+)
+def test_options_are_refused_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], named: str
+) -> None:
+    """A wrong method or option is an InvalidArgument at once, not after capture and profiling, and not accepted
+    silently when the solver it names is never reached."""
+
+    def no_capture(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("captured before the options were checked")
+
+    monkeypatch.setattr(checkmate.training.compiled, "capture", no_capture)
+    model, loss_fn, batch = zoo.mlp(batch_size=2)
+    with pytest.raises(checkmate.InvalidArgument, match=named):
+        checkmate.compile(model, loss_fn, batch, budget=1.0, **options)

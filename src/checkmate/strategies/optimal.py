@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from checkmate.bounds import activation_floor
-from checkmate.errors import InfeasibleBudget
+from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.graph import Graph
-from checkmate.milp.backends import available_backends, get_backend
+from checkmate.milp.backends import available_backends, backend_names, get_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
@@ -60,7 +61,18 @@ def choose_backend(name: str, num_variables: int = 0) -> str:
     return next((candidate for candidate in AUTO_ORDER if candidate in installed), AUTO_ORDER[0])
 
 
-@register(METHOD, "the paper's MILP: the cheapest plan within the budget (proven optimal when the solver finishes)")
+def check_backend_option(options: Mapping[str, Any]) -> None:
+    """InvalidArgument unless `options["backend"]` (default "auto") names a known MILP backend or "auto"."""
+    name = options.get("backend", "auto")
+    if name != "auto" and name not in backend_names():
+        raise InvalidArgument(f"unknown MILP backend {name!r}; choose one of {', '.join(backend_names())} or 'auto'")
+
+
+@register(
+    METHOD,
+    "the paper's MILP: the cheapest plan within the budget (proven optimal when the solver finishes)",
+    check=check_backend_option,
+)
 def optimal(
     graph: Graph,
     budget: int | None,

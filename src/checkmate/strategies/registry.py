@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +12,11 @@ from checkmate.graph import Graph
 from checkmate.plan import Plan
 
 StrategyFunction = Callable[..., Plan]
+OptionCheck = Callable[[Mapping[str, Any]], None]
+
+
+def _accept(options: Mapping[str, Any]) -> None:
+    """The option check of a strategy whose option values need none beyond their names."""
 
 
 @dataclass(frozen=True)
@@ -19,24 +24,28 @@ class Strategy:
     """A registered method: its name, a one-line description, and the function that plans.
 
     The function is called as function(graph, budget, **options) with budget in bytes (fixed memory
-    included) or None for no limit. It returns a Plan within the budget, or raises InfeasibleBudget.
+    included) or None for no limit. It returns a Plan within the budget, or raises InfeasibleBudget. `check(options)`
+    raises InvalidArgument for an option value the function would refuse, before any work.
     """
 
     name: str
     description: str
     function: StrategyFunction
+    check: OptionCheck = _accept
 
 
 _STRATEGIES: dict[str, Strategy] = {}
 
 
-def register(name: str, description: str) -> Callable[[StrategyFunction], StrategyFunction]:
-    """Decorator that adds a strategy function to the table under `name`."""
+def register(
+    name: str, description: str, check: OptionCheck = _accept
+) -> Callable[[StrategyFunction], StrategyFunction]:
+    """Decorator that adds a strategy function to the table under `name`, with the check of its option values."""
 
     def add(function: StrategyFunction) -> StrategyFunction:
         if name in _STRATEGIES:
             raise ValueError(f"strategy {name!r} is registered twice")
-        _STRATEGIES[name] = Strategy(name, description, function)
+        _STRATEGIES[name] = Strategy(name, description, function, check)
         return function
 
     return add
@@ -64,11 +73,18 @@ def option_names(name: str) -> tuple[str, ...] | None:
     return tuple(parameter.name for parameter in parameters)
 
 
-def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str, Any]) -> Plan:
-    """Run a registered strategy; an option it does not take is a ValueError that lists the ones it does."""
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """InvalidArgument for an unknown method, an option it does not take (naming those it does), or an option value
+    it would refuse: what `call_strategy` checks, for callers that check before any other work."""
     known = option_names(name)
     unknown = sorted(set(options) - set(known)) if known is not None else []
     if unknown:
         takes = ", ".join(known) if known else "none"
         raise InvalidArgument(f"method {name!r} takes no option {unknown[0]!r}; the options it takes: {takes}")
+    get_strategy(name).check(options)
+
+
+def call_strategy(name: str, graph: Graph, budget: int | None, options: dict[str, Any]) -> Plan:
+    """Run a registered strategy, its options checked first (`check_options`)."""
+    check_options(name, options)
     return get_strategy(name).function(graph, budget, **options)

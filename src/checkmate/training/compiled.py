@@ -33,7 +33,7 @@ from checkmate.execute.memory import measure_peak, step_baseline, synchronize
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
-from checkmate.solve import solve
+from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import capture
 from checkmate.training import plan_cache
 from checkmate.training.executors import (
@@ -156,6 +156,7 @@ def compile(
     if measure_memory not in MEASURE_CHOICES:
         raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
     check_executor(executor)
+    check_solve_options(method, solve_options)
     if method in TIMED_METHODS:
         solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
     settings = Settings(
