@@ -41,6 +41,11 @@ class Plan:
     lower_bound: float | None = None
     gap: float | None = None
 
+    @property
+    def recomputes(self) -> bool:
+        """Whether the plan computes any node more than once."""
+        return int(self.R.sum()) > self.R.shape[0]
+
     def to_json(self) -> str:
         """Serialise, with R and S as nested lists of 0/1."""
         return json.dumps(

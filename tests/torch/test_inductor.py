@@ -169,5 +169,7 @@ def test_a_second_compile_neither_measures_nor_solves(monkeypatch: pytest.Monkey
     monkeypatch.setattr(checkmate.training.compiled, "solve", counting_solve)
     monkeypatch.setattr(checkmate.inductor.measure, "_measure", no_measuring)
     second = _compile(model, loss_fn, batch, 0.8)
-    assert solved == ["checkpoint_all"], "only the no-recomputation reference is computed again, not the plan"
+    assert solved and set(solved) == {"checkpoint_all"}, (
+        "only each capture's no-recomputation reference is computed again, not its plan"
+    )
     assert (second.plan.R == first.plan.R).all() and (second.plan.S == first.plan.S).all()

@@ -190,18 +190,35 @@ def compile(
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
-    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible). The
-    executor's captures are tried fastest first (`capture_choices`); a budget below what one can reach goes to the
-    next, and when none fits, the error names the smallest budget any of them could meet."""
+    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible).
+
+    The executor's captures (`capture_choices`) are planned in order, fastest without recomputation first. A plan
+    that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
+    budget with less recomputation), and the plan of least predicted cost is kept. The budget in bytes is resolved
+    once, against the first capture's peak without recomputation. When no capture fits, the error names the
+    smallest budget any of them could meet."""
+    budget: int | None = None
+    best: Compiled | None = None
     refusals: list[InfeasibleBudget] = []
     for choice in capture_choices(settings.executor, settings.channels_last, model):
-        if refusals:
-            log.info("%s; planning again with %s", refusals[-1], choice.description)
         try:
-            return _plan_capture(model, loss_fn, batch, settings, choice, refusals[0] if refusals else None)
+            planned = _plan_capture(model, loss_fn, batch, settings, choice, budget)
         except InfeasibleBudget as refusal:
+            log.info("%s: %s", choice.description, refusal)
+            budget = refusal.budget
             refusals.append(refusal)
-    raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+            continue
+        if budget is None:
+            budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
+        log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
+        if best is None or planned.plan.cost < best.plan.cost:
+            best = planned
+        if not planned.plan.recomputes:
+            break
+    if best is None:
+        raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+    best.program.step_function(best.schedule)  # generated now: the Inductor executor compiles its fused runs here
+    return best
 
 
 def _plan_capture(
@@ -210,10 +227,10 @@ def _plan_capture(
     batch: Sequence[Any],
     settings: Settings,
     choice: CaptureChoice,
-    refused: InfeasibleBudget | None,
+    budget: int | None,
 ) -> Compiled:
-    """Plan one capture of the step; the budget in bytes is the first refused one's when this is a later try (so
-    that a fraction keeps meaning a fraction of the first capture's peak without recomputation)."""
+    """Plan one capture of the step within `budget` bytes (None: the settings' budget, resolved against this
+    capture's peak without recomputation)."""
     captured, program = prepare_executor(
         settings.executor,
         capture(
@@ -228,7 +245,8 @@ def _plan_capture(
         settings.cost_model,
     )
     no_remat = solve(captured.graph, None, method="checkpoint_all")
-    budget = resolve_budget(settings.budget, no_remat.peak_memory) if refused is None else refused.budget
+    if budget is None:
+        budget = resolve_budget(settings.budget, no_remat.peak_memory)
     log.info(
         "planning %d nodes: no-remat peak %s, budget %s, method %s",
         captured.graph.size,
@@ -237,13 +255,11 @@ def _plan_capture(
         settings.method,
     )
     plan = _cached_solve(captured, budget, settings)
-    schedule = lower(captured.graph, plan.R, plan.S)
-    program.step_function(schedule)  # generated now: the Inductor executor compiles and measures its fused runs here
     return Compiled(
         captured,
         program,
         plan,
-        schedule,
+        lower(captured.graph, plan.R, plan.S),
         no_remat,
         parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
         buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),

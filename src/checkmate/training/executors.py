@@ -58,8 +58,8 @@ class CaptureChoice:
 
 
 def capture_choices(executor: str, channels_last: bool | None, model: nn.Module) -> tuple[CaptureChoice, ...]:
-    """The captures to plan, fastest first: each next one is tried only when the budget is below what the previous
-    can reach (so the budget, not a switch, decides what a step gives up for memory).
+    """The captures to plan, fastest first when nothing is recomputed (`plan_step` plans the next one when the budget
+    is below what one can reach, or when its plan recomputes, and keeps the plan of least predicted cost).
 
     For "inductor": with `channels_last=None` (auto), a model with 2-D convolutions is traced channels-last first, as
     `torch.compile`'s layout optimization runs it, then in its own layout; last comes the leaner capture of the last
