@@ -13,7 +13,7 @@ $(BIN)/checkmate: pyproject.toml constraints-dev.txt
 test: $(BIN)/checkmate
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2  # two workers: 7.6 min here, against 12.3 in one process
 
 demo: $(BIN)/checkmate
 	$(BIN)/python -m checkmate.demo
