@@ -82,6 +82,7 @@ def _baselines(graph: Graph, budget: int) -> list[checkmate.Plan]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("method", ["optimal", "approx"])
 def test_a_time_limit_bounds_the_whole_call_on_a_large_graph(method: str) -> None:
     graph = random_training_graph(150, seed=3)  # 301 nodes: the coarsened path

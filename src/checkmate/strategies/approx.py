@@ -41,7 +41,7 @@ from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES, infeasible
-from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.feasibility import infeasible_budget, message_time
 from checkmate.strategies.registry import register
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def approx(
         plan = checkpoint_all(graph, None)
         return make_plan(graph, plan.R, plan.S, method=METHOD, status="optimal", lower_bound=plan.cost)
     if budget < activation_floor(graph):
-        raise infeasible_budget(graph, budget, method=METHOD)
+        raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
     if graph.size > exact_nodes:
         from checkmate.strategies.coarsened import coarsened_approx
 
@@ -200,7 +200,7 @@ def _lower_bound(graph: Graph, budget: int, control: SearchControl) -> tuple[flo
     options = SolveOptions(time_limit=control.share(BOUND_SHARE), should_stop=lambda: control.stopped)
     solution = get_backend("highs").solve(problem.relaxed(), options)
     if solution.status is SolveStatus.INFEASIBLE:
-        raise infeasible_budget(graph, budget, method=METHOD)
+        raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
     S_fractional = None if solution.x is None else decode_fractional(solution.x, index)[1]
     trivial = float(graph.costs.sum())
     if solution.status is not SolveStatus.OPTIMAL or solution.objective is None:

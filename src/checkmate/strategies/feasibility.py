@@ -6,9 +6,12 @@ peak-minimising MILP of `checkmate.bounds.peak_range`.
 
 from __future__ import annotations
 
+import time
+
 from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxation_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
+from checkmate.progress import SearchControl
 from checkmate.strategies.warm_start import lowest_peak_baseline
 from checkmate.units import format_bytes
 
@@ -26,16 +29,19 @@ def minimum_budget(
 
     Args:
         graph: the training graph.
-        time_limit: seconds for the solve; the range is exact when the solver proves optimality in time.
+        time_limit: seconds for the solve (0: no solve); the range is exact when the solver proves optimality in
+            time.
         backend: the MILP backend.
     """
+    started = time.perf_counter()
     floor = activation_floor(graph)
     start_plan = lowest_peak_baseline(graph)
     if start_plan is not None and start_plan.peak_memory <= floor:
         return BudgetRange(lower=floor, upper=start_plan.peak_memory)
-    if graph.size > MINIMUM_BUDGET_MILP_NODES:
+    left = time_limit - (time.perf_counter() - started)  # the baselines took part of it
+    if graph.size > MINIMUM_BUDGET_MILP_NODES or left <= 0:
         return BudgetRange(lower=floor, upper=None if start_plan is None else start_plan.peak_memory)
-    return peak_range(graph, start_plan, time_limit=time_limit, backend=backend)
+    return peak_range(graph, start_plan, time_limit=left, backend=backend)
 
 
 def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> float:
@@ -55,12 +61,21 @@ def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -
     return bound
 
 
+def message_time(control: SearchControl) -> float:
+    """Seconds the smallest-budget search behind an InfeasibleBudget message may take: what is left of the caller's
+    time limit, at most MINIMUM_BUDGET_TIME_LIMIT (0 when it is spent: the message then says what is known)."""
+    remaining = control.remaining()
+    return MINIMUM_BUDGET_TIME_LIMIT if remaining is None else min(MINIMUM_BUDGET_TIME_LIMIT, remaining)
+
+
 def infeasible_budget(
     graph: Graph, budget: int, *, method: str, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT
 ) -> InfeasibleBudget:
-    """The error for a budget no schedule meets, stating the smallest budget for which one exists."""
+    """The error for a budget no schedule meets, stating the smallest budget for which one exists as far as
+    `time_limit` seconds of search (a caller's `message_time`) can tell."""
     found = minimum_budget(graph, time_limit=time_limit)
     asked = f"{format_bytes(budget)} ({budget} bytes)"
+    searched = f"within {time_limit:g} s" if time_limit > 0 else "(the time limit was spent: not searched)"
     if found.exact:
         assert found.upper is not None
         message = (
@@ -71,12 +86,12 @@ def infeasible_budget(
     if found.upper is None:
         message = (
             f"{method}: no schedule fits {asked}; none exists below {found.lower} bytes, and no schedule was found "
-            f"within {time_limit:g} s to say how much more is needed"
+            f"{searched} to say how much more is needed"
         )
         return InfeasibleBudget(message, budget=budget, minimum=None)
     message = (
         f"{method}: no schedule fits {asked}. A schedule exists at {format_bytes(found.upper)} ({found.upper} bytes) "
-        f"and none below {found.lower} bytes (a bound: the exact minimum was not proven within {time_limit:g} s); "
+        f"and none below {found.lower} bytes (a bound: the exact minimum was not proven {searched}); "
         f"`minimum` is the budget known to work"
     )
     return InfeasibleBudget(message, budget=budget, minimum=found.upper)

@@ -32,7 +32,7 @@ from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import EXACT_NODES
-from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.feasibility import infeasible_budget, message_time
 from checkmate.strategies.registry import register
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import unproven_infeasibility
@@ -118,7 +118,7 @@ def optimal(
         unlimited = checkpoint_all(graph, None)
         return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
     if budget < activation_floor(graph):
-        raise infeasible_budget(graph, budget, method=METHOD)
+        raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
     settings = MilpSettings(backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution)
     if graph.size > exact_nodes:
         from checkmate.strategies.coarsened import coarsened_optimal
@@ -203,11 +203,11 @@ def solve_milp(
         problem, options, _start(graph, problem, index, fallback) if settings.warm_start else None
     )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:
-        raise infeasible_budget(graph, budget, method=method)
+        raise infeasible_budget(graph, budget, method=method, time_limit=message_time(control))
     bounds = [b for b in (first_bound, solution.bound if scale.exact else None) if b is not None]
     plan = _best_plan(graph, budget, solution, index, fallback)
     if plan is None:
-        raise _nothing_found(graph, budget, solution, deadline.time_limit, method)
+        raise _nothing_found(graph, budget, solution, deadline.time_limit, message_time(control), method)
     proven = (
         solution.status is SolveStatus.OPTIMAL and scale.exact and plan.cost <= (solution.objective or np.inf) + 1e-6
     )
@@ -287,10 +287,10 @@ def _best_plan(
 
 
 def _nothing_found(
-    graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None, method: str
+    graph: Graph, budget: int, solution: MilpSolution, time_limit: float | None, time_left: float, method: str
 ) -> InfeasibleBudget:
     if solution.status is SolveStatus.INFEASIBLE:
-        return infeasible_budget(graph, budget, method=method)
+        return infeasible_budget(graph, budget, method=method, time_limit=time_left)
     return unproven_infeasibility(
         graph,
         budget,

@@ -18,7 +18,7 @@ from checkmate.graph import Graph
 from checkmate.milp.retention_bound import retention_bound
 from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
 from checkmate.progress import SearchControl
-from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.feasibility import infeasible_budget, message_time
 from checkmate.strategies.hold_more import hold_more
 from checkmate.strategies.warm_start import best_baseline
 
@@ -56,7 +56,7 @@ def starting_plans(graph: Graph, budget: int, control: SearchControl, *, method:
         try:
             found = retention_bound(graph, budget, time_limit=clock.share(0.3, minimum=1.0))
         except InfeasibleBudget:
-            raise infeasible_budget(graph, budget, method=method) from None
+            raise infeasible_budget(graph, budget, method=method, time_limit=message_time(control)) from None
         bound = max(bound, found.bound)
         clock.report("retention bound", bound=bound)
         if found.held is not None:
