@@ -24,10 +24,15 @@ SEARCH_OPTIONS = ("time_limit", "progress")  # taken by `solve` for a method tha
 def check_solve_options(method: str, options: Mapping[str, Any]) -> None:
     """InvalidArgument for what `solve(graph, budget, method=method, **options)` would refuse in its method or options
     (an unknown method, an option it does not take, a value it refuses such as an unknown solver), before any work."""
-    searching = "control" in (option_names(method) or ())
+    searching = _searches(method) and "control" not in options
     check_options(
         method, {name: value for name, value in options.items() if not (searching and name in SEARCH_OPTIONS)}
     )
+
+
+def _searches(method: str) -> bool:
+    """Whether `method` takes a SearchControl, which `solve` makes from the SEARCH_OPTIONS it is given."""
+    return "control" in (option_names(method) or ())
 
 
 def solve(graph: Graph, budget: int | float | str | None, *, method: str = "checkpoint_all", **options: Any) -> Plan:
@@ -50,7 +55,7 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
     """
     budget_bytes = None if budget is None else parse_bytes(budget)
     started = time.perf_counter()
-    if "control" in (option_names(method) or ()) and "control" not in options:
+    if _searches(method) and "control" not in options:
         control = SearchControl(time_limit=options.pop("time_limit", None), callback=options.pop("progress", None))
         with stop_on_interrupt(control):
             plan = call_strategy(method, graph, budget_bytes, {**options, "control": control})

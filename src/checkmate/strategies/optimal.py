@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from checkmate.bounds import activation_floor
-from checkmate.errors import InfeasibleBudget, InvalidArgument
+from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.milp.backends import available_backends, backend_names, get_backend
+from checkmate.milp.backends import available_backends, check_backend_name, get_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
@@ -63,9 +63,7 @@ def choose_backend(name: str, num_variables: int = 0) -> str:
 
 def check_backend_option(options: Mapping[str, Any]) -> None:
     """InvalidArgument unless `options["backend"]` (default "auto") names a known MILP backend or "auto"."""
-    name = options.get("backend", "auto")
-    if name != "auto" and name not in backend_names():
-        raise InvalidArgument(f"unknown MILP backend {name!r}; choose one of {', '.join(backend_names())} or 'auto'")
+    check_backend_name(options.get("backend", "auto"))
 
 
 @register(

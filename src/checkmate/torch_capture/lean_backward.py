@@ -13,9 +13,9 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
   replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.
   Not where the input is channels-last: its layout also picks the gradient's, and the stand-in has none.
 
-Applied by `capture(..., lean_backward=True)`, which the Inductor executor asks for only when the budget is below what
-its other captures reach (`checkmate.training.executors.capture_choices`): making the masks costs a pass over each
-ReLU's output.
+Applied by `capture(..., lean_backward=True)`, which the Inductor executor plans only when its other captures cannot
+meet the budget or must recompute to meet it, and runs only when its plan is cheaper
+(`checkmate.training.executors.capture_choices`): making the masks costs a pass over each ReLU's output.
 """
 
 from __future__ import annotations

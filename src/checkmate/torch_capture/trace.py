@@ -9,8 +9,9 @@ flattened batch, which is the order the Captured contract promises.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,14 +117,8 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     step = _Step(fake_model, loss_fn, spec, state)
     for name in _without_gradient(step, fake_leaves, state):
         state.parameters[name].requires_grad_(False)
-    try:
+    with _explaining_failures():
         module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
-    except CaptureError:
-        raise
-    except Exception as error:
-        if raised_in_checkmate(error):
-            raise
-        raise _explained(error) from None
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
     model_name = {f"{_PARAMETER}{index}": name for index, name in enumerate(state.parameters)}
@@ -147,14 +142,8 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
 
 def _without_gradient(step: _Step, fake_leaves: list[torch.Tensor], state: ModelState) -> frozenset[str]:
     """The trainable parameters the loss does not depend on, from one forward and backward on the fake copy."""
-    try:
+    with _explaining_failures():
         return parameters_without_gradient(lambda: step.loss(fake_leaves), state.parameters)
-    except CaptureError:
-        raise
-    except Exception as error:
-        if raised_in_checkmate(error):
-            raise
-        raise _explained(error) from None
 
 
 def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
@@ -199,6 +188,20 @@ def _check_loss(module: torch.fx.GraphModule, loss: str) -> None:
     if not isinstance(value, torch.Tensor) or value.numel() != 1:
         shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise CaptureError(f"loss_fn must return a scalar tensor, got {shape}: reduce the loss (e.g. .mean())")
+
+
+@contextlib.contextmanager
+def _explaining_failures() -> Iterator[None]:
+    """Turn a failure of the user's code or of torch's tracer into the CaptureError that explains it; a CaptureError,
+    or an error raised in checkmate's own code (a bug of ours), passes unchanged."""
+    try:
+        yield
+    except CaptureError:
+        raise
+    except Exception as error:
+        if raised_in_checkmate(error):
+            raise
+        raise _explained(error) from None
 
 
 def _explained(error: Exception) -> CaptureError:

@@ -135,8 +135,9 @@ def compile(
             step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
             CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
             `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away). None (the
-            default) is True for the Inductor executor, falling back to the model's layout for a budget only that
-            reaches, and False for the eager one.
+            default) is False for the eager executor; the Inductor one plans channels-last first and its own layout
+            next when the first plan does not fit or recomputes, and runs the plan of least predicted cost
+            (`plan_step`).
         **solve_options: options of the method, such as `time_limit=60`. For "optimal" and "approx" the
             time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang; the plan is then
             the best found, and `step.plan.status` says whether it was proven optimal.

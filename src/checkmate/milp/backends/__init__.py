@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checkmate.errors import SolverUnavailable
+from checkmate.errors import InvalidArgument, SolverUnavailable
 from checkmate.milp.backends.base import MilpBackend
 from checkmate.milp.backends.gurobi import GurobiBackend
 from checkmate.milp.backends.highs import HighsBackend
@@ -24,10 +24,16 @@ def available_backends() -> tuple[str, ...]:
     return tuple(name for name, backend in _BACKENDS.items() if backend.is_available())
 
 
+def check_backend_name(name: str) -> None:
+    """InvalidArgument unless `name` is a known backend (installed or not) or "auto": checked before any work."""
+    if name != "auto" and name not in _BACKENDS:
+        raise InvalidArgument(_unknown(name))
+
+
 def get_backend(name: str) -> MilpBackend:
     """The backend called `name`; SolverUnavailable when it is unknown or not installed."""
     if name not in _BACKENDS:
-        raise SolverUnavailable(f"unknown MILP backend {name!r}; choose one of {', '.join(_BACKENDS)} or 'auto'")
+        raise SolverUnavailable(_unknown(name))
     backend = _BACKENDS[name]
     if not backend.is_available():
         raise SolverUnavailable(
@@ -36,4 +42,8 @@ def get_backend(name: str) -> MilpBackend:
     return backend
 
 
-__all__ = ["MilpBackend", "available_backends", "backend_names", "get_backend"]
+def _unknown(name: str) -> str:
+    return f"unknown MILP backend {name!r}; choose one of {', '.join(_BACKENDS)} or 'auto'"
+
+
+__all__ = ["MilpBackend", "available_backends", "backend_names", "check_backend_name", "get_backend"]
