@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,6 +110,13 @@ def make_plan(
         lower_bound=lower_bound,
         gap=gap,
     )
+
+
+def cheapest_fitting(plans: Iterable[Plan | None], budget: int | None) -> Plan | None:
+    """The cheapest plan within `budget` bytes (None: no limit), ties broken by the lower peak; None when none fits.
+    The one rule every search uses to pick its answer among candidates."""
+    fitting = [plan for plan in plans if plan is not None and (budget is None or plan.peak_memory <= budget)]
+    return min(fitting, key=lambda plan: (plan.cost, plan.peak_memory), default=None)
 
 
 def cheapest_r(graph: Graph, S: np.ndarray) -> np.ndarray:

@@ -16,7 +16,9 @@ from checkmate.graph import Graph
 from checkmate.plan import cheapest_r
 from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import lower
-from checkmate.strategies.approx import _LocalSearch, _roundings
+from checkmate.strategies.local_search import LocalSearch
+from checkmate.strategies.lp_rounding import RoundingSettings, _roundings
+from checkmate.strategies.policy import POLICY
 
 # A forward DAG with skips (each node reads its predecessor and some earlier nodes), costs and sizes 1-9.
 DAG = training_graph(
@@ -99,8 +101,10 @@ def test_approx_is_reproducible_for_a_seed_and_seeds_change_the_randomized_round
 
     S_fractional = np.tril(np.random.default_rng(0).random((graph.size, graph.size)), k=-1)
 
+    settings = RoundingSettings(thresholds=(0.5,), samples=4)
+
     def roundings(seed: int) -> list[bytes]:
-        return [S.tobytes() for S in _roundings(graph, S_fractional, (0.5,), 4, np.random.default_rng(seed))]
+        return [S.tobytes() for S in _roundings(graph, S_fractional, settings, np.random.default_rng(seed), POLICY)]
 
     assert roundings(1) == roundings(1)
     assert roundings(1) != roundings(2)
@@ -119,7 +123,7 @@ def test_approx_below_any_schedule_names_the_minimum() -> None:
 )
 def test_the_search_s_simulator_matches_the_simulator_also_after_a_move(graph: Graph) -> None:
     rng = np.random.default_rng(0)
-    search = _LocalSearch(graph, 10**9, SearchControl())
+    search = LocalSearch(graph, 10**9, SearchControl())
     for density in (0.05, 0.2, 0.5):
         for _ in range(4):
             state = search.state(random_valid_s(graph, rng, density))

@@ -113,7 +113,7 @@ def test_time_limited_solve_on_130_stages_is_no_worse_than_the_best_baseline() -
 def test_a_solve_that_finds_nothing_names_the_budget_a_baseline_meets(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the MILP stops without a plan and no starting plan fits, the error gives the lowest baseline peak."""
     from checkmate.milp.problem import MilpSolution, SolveStatus
-    from checkmate.strategies import optimal
+    from checkmate.strategies import milp_search
 
     class NothingInTime:
         """A MILP backend that always runs out of time before finding a plan (the LP is solved for real)."""
@@ -128,10 +128,10 @@ def test_a_solve_that_finds_nothing_names_the_budget_a_baseline_meets(monkeypatc
 
     from checkmate.strategies.starts import Starts
 
-    real_backend = optimal.get_backend
-    monkeypatch.setattr(optimal, "get_backend", lambda name: NothingInTime(real_backend(name)))
-    monkeypatch.setattr(optimal, "starting_plans", lambda graph, *args, **kwargs: Starts(None, graph.costs.sum()))
-    monkeypatch.setattr(optimal, "_rounded", lambda *args: None)
+    real_backend = milp_search.milp_backend
+    monkeypatch.setattr(milp_search, "milp_backend", lambda *args: NothingInTime(real_backend(*args)))
+    monkeypatch.setattr(milp_search, "starting_plans", lambda graph, *args, **kwargs: Starts(None, graph.costs.sum()))
+    monkeypatch.setattr(milp_search, "_rounded", lambda *args: None)
     graph = random_training_graph(8, seed=4)  # smallest budget 66; the lowest baseline peak, chen_sqrtn_linear: 78
     with pytest.raises(checkmate.InfeasibleBudget, match=r"not proven.*chen_sqrtn_linear fits") as caught:
         checkmate.solve(graph, 70, method="optimal", time_limit=5)

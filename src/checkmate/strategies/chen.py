@@ -17,6 +17,7 @@ import numpy as np
 
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.progress import SearchControl
 from checkmate.strategies.common import cheapest_within, fits, plan_from_s
 from checkmate.strategies.registry import register
 from checkmate.strategies.segments import (
@@ -47,6 +48,7 @@ def greedy_plan(
     candidates: list[int],
     method: str,
     segment_budgets: Sequence[float] | None = None,
+    control: SearchControl | None = None,
 ) -> Plan:
     """Run Chen's greedy rule for each segment budget b and return the cheapest plan within the budget.
 
@@ -56,21 +58,29 @@ def greedy_plan(
         candidates: forward nodes that may become checkpoints.
         method: the name the plans carry.
         segment_budgets: the values of b to try; default: the √n segment memory times `GREEDY_FACTORS`.
+        control: a caller's clock: once it stops, no more plans are simulated (the answer is then the best of those
+            simulated; on a graph of 300 nodes simulating all 60 takes a second).
     """
     if segment_budgets is None:
         segment_budgets = default_segment_budgets(graph)
     checkpoint_sets = {tuple(greedy_checkpoints(graph, candidates, b)) for b in segment_budgets}
     log.debug("%s: %d values of b give %d checkpoint sets", method, len(segment_budgets), len(checkpoint_sets))
-    return cheapest_of_checkpoint_sets(graph, budget, sorted(checkpoint_sets), method=method)
+    return cheapest_of_checkpoint_sets(graph, budget, sorted(checkpoint_sets), method=method, control=control)
 
 
 def cheapest_of_checkpoint_sets(
-    graph: Graph, budget: int | None, checkpoint_sets: list[tuple[int, ...]], *, method: str
+    graph: Graph,
+    budget: int | None,
+    checkpoint_sets: list[tuple[int, ...]],
+    *,
+    method: str,
+    control: SearchControl | None = None,
 ) -> Plan:
     """The cheapest plan within the budget among checkpoint sets, simulating in order of cost until one fits.
 
     The cost of a fixed-S plan is known from R alone; only the peak needs the (slower) simulation, so plans are
-    simulated cheapest first, and all of them only when none fits (to name the smallest peak in the error).
+    simulated cheapest first, and all of them only when none fits (to name the smallest peak in the error), or until
+    `control` stops.
     """
     candidates = []
     for chosen in checkpoint_sets:
@@ -81,6 +91,9 @@ def cheapest_of_checkpoint_sets(
     plans: list[Plan] = []
     for cost, R, S in candidates:
         if plans and cost > plans[-1].cost and any(fits(plan, budget) for plan in plans):
+            break
+        if plans and control is not None and control.stopped:
+            log.info("%s: time is up after %d of %d plans", method, len(plans), len(candidates))
             break
         plans.append(make_plan(graph, R, S, method=method))
     return cheapest_within(plans, budget, method=method)
@@ -106,14 +119,36 @@ def chen_sqrtn_linear(graph: Graph, budget: int | None) -> Plan:
 
 
 @register("chen_greedy", "Chen et al. greedy over articulation points, searching the segment size b for the budget")
-def chen_greedy(graph: Graph, budget: int | None, *, segment_budgets: Sequence[float] | None = None) -> Plan:
+def chen_greedy(
+    graph: Graph,
+    budget: int | None,
+    *,
+    segment_budgets: Sequence[float] | None = None,
+    control: SearchControl | None = None,
+) -> Plan:
     return greedy_plan(
-        graph, budget, candidates=articulation_points(graph), method="chen_greedy", segment_budgets=segment_budgets
+        graph,
+        budget,
+        candidates=articulation_points(graph),
+        method="chen_greedy",
+        segment_budgets=segment_budgets,
+        control=control,
     )
 
 
 @register("chen_greedy_linear", "Chen et al. greedy on the linearised forward graph, searching b for the budget")
-def chen_greedy_linear(graph: Graph, budget: int | None, *, segment_budgets: Sequence[float] | None = None) -> Plan:
+def chen_greedy_linear(
+    graph: Graph,
+    budget: int | None,
+    *,
+    segment_budgets: Sequence[float] | None = None,
+    control: SearchControl | None = None,
+) -> Plan:
     return greedy_plan(
-        graph, budget, candidates=forward_nodes(graph), method="chen_greedy_linear", segment_budgets=segment_budgets
+        graph,
+        budget,
+        candidates=forward_nodes(graph),
+        method="chen_greedy_linear",
+        segment_budgets=segment_budgets,
+        control=control,
     )

@@ -1,18 +1,15 @@
-"""Pieces shared by the strategies: plans from a fixed S, budget checks, the infeasibility error."""
+"""Pieces shared by the strategies: plans from a fixed S, budget checks, the infeasibility error, the final plan."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.plan import Plan, cheapest_r, make_plan
+from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
 from checkmate.units import format_bytes
-
-# The largest graph `optimal` solves as one MILP and `approx` rounds as one LP; larger ones go through a coarse
-# graph (`checkmate.strategies.coarsened`). HiGHS proves chains of T = 129 in seconds and real graphs of 150 nodes
-# within minutes (BENCHMARKS.md); at 339 nodes it no longer improves on its warm start in 15 minutes.
-EXACT_NODES = 160
 
 
 def plan_from_s(graph: Graph, S: np.ndarray, *, method: str) -> Plan:
@@ -41,8 +38,26 @@ def cheapest_within(plans: list[Plan], budget: int | None, *, method: str) -> Pl
     """The cheapest plan within the budget (ties: lower peak); InfeasibleBudget naming the lowest peak otherwise."""
     if not plans:
         raise RuntimeError(f"internal: {method} produced no candidate plans; please report the graph")
-    within = [plan for plan in plans if fits(plan, budget)]
-    if not within:
+    best = cheapest_fitting(plans, budget)
+    if best is None:
         assert budget is not None
         raise infeasible(method, budget, min(plan.peak_memory for plan in plans))
-    return min(within, key=lambda plan: (plan.cost, plan.peak_memory))
+    return best
+
+
+def final_plan(
+    graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float, method: str
+) -> Plan:
+    """The plan as a search returns it: its method, time since `started`, status and bound (capped at its cost)."""
+    final = make_plan(
+        graph,
+        plan.R,
+        plan.S,
+        method=method,
+        solve_time=time.perf_counter() - started,
+        budget=budget,
+        status="optimal" if proven else "feasible",
+        lower_bound=None if bound is None else min(bound, plan.cost),
+    )
+    assert final.peak_memory <= budget, "a plan must fit the budget it was made for"
+    return final

@@ -11,7 +11,9 @@ import time
 from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxation_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
+from checkmate.milp.backends.policy import LP_BACKEND
 from checkmate.progress import SearchControl
+from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import lowest_peak_baseline
 from checkmate.units import format_bytes
 
@@ -22,26 +24,34 @@ MINIMUM_BUDGET_MILP_NODES = 200
 
 
 def minimum_budget(
-    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = "highs"
+    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = LP_BACKEND
 ) -> BudgetRange:
     """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP (graphs of up to
     MINIMUM_BUDGET_MILP_NODES nodes; larger ones get the activation floor and the lowest baseline peak).
 
     Args:
         graph: the training graph.
-        time_limit: seconds for the solve (0: no solve); the range is exact when the solver proves optimality in
-            time.
+        time_limit: seconds for the whole call, the baselines included (0: the activation floor alone); the range is
+            exact when the solver proves optimality in time.
         backend: the MILP backend.
     """
     started = time.perf_counter()
     floor = activation_floor(graph)
-    start_plan = lowest_peak_baseline(graph)
+    if time_limit <= 0:
+        return BudgetRange(lower=floor, upper=None)
+    start_plan = lowest_peak_baseline(graph, SearchControl(time_limit=time_limit))
     if start_plan is not None and start_plan.peak_memory <= floor:
         return BudgetRange(lower=floor, upper=start_plan.peak_memory)
     left = time_limit - (time.perf_counter() - started)  # the baselines took part of it
     if graph.size > MINIMUM_BUDGET_MILP_NODES or left <= 0:
         return BudgetRange(lower=floor, upper=None if start_plan is None else start_plan.peak_memory)
-    return peak_range(graph, start_plan, time_limit=left, backend=backend)
+    return peak_range(
+        graph,
+        start_plan,
+        time_limit=left,
+        backend=backend,
+        load_seconds_per_variable=POLICY.load_seconds_per_variable,
+    )
 
 
 def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> float:

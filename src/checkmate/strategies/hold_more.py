@@ -1,10 +1,10 @@
 """Local search on the full graph: spend memory the plan leaves unused on holding values it recomputes.
 
-A plan made on a coarse graph (or by a heuristic) often peaks well below the budget. Each move takes a node i
-that the plan recomputes and holds it over a span of stages instead: from its first computation, or from one of
-its recomputations, through a later recomputation. R is then the cheapest for the new checkpoints (the
-recomputations the held copy serves disappear, with those of ancestors that only fed them), unused checkpoints
-are dropped, and the simulator decides: a move is kept when the plan gets cheaper and still fits the budget.
+A plan made on a coarse graph (or by a heuristic) often peaks well below the budget. Each move holds a value the
+plan recomputes over a span of stages instead (`LocalSearch.holds`: from where it was last available, or from its
+first computation, through a later recomputation). R is then the cheapest for the new checkpoints (the
+recomputations the held copy serves disappear, with those of ancestors that only fed them), unused checkpoints are
+dropped, and the search's accounting decides: a move is kept when the plan gets cheaper and still fits the budget.
 Moves are tried in order of recomputation cost saved per byte held per stage, best first, until none helps or the
 time is up; a move whose value would not fit beside the peak of a stage it is held through is not tried.
 """
@@ -16,9 +16,10 @@ import logging
 import numpy as np
 
 from checkmate.graph import Graph
-from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
+from checkmate.plan import Plan
 from checkmate.progress import SearchControl
-from checkmate.simulate import Compute, lower
+from checkmate.strategies.local_search import LocalSearch, SearchState
+from checkmate.strategies.policy import POLICY, SearchPolicy
 
 log = logging.getLogger(__name__)
 
@@ -37,44 +38,66 @@ def hold_more(
     *,
     method: str,
     excluded: frozenset[int] = frozenset(),
+    policy: SearchPolicy = POLICY,
 ) -> Plan:
     """Improve `plan` by holding recomputed values where the budget allows (see the module doc); nodes in
-    `excluded` are left as they are."""
-    best = plan
-    evaluated = 0
+    `excluded` are left as they are. Never returns a plan costlier than `plan`."""
+    search = LocalSearch(graph, budget, control, policy)
+    start = search.state(plan.S)
+    if start.excess > 0:
+        log.debug("hold more: the cheapest R for the plan's checkpoints does not fit; plan kept")
+        return plan
+    best = _descend(search, start, excluded)
+    if not policy.cheaper(best.cost, plan.cost):
+        return plan
+    log.debug("hold more: %d plans evaluated, cost %.6g -> %.6g", search.evaluations, plan.cost, best.cost)
+    return search.state_plan(best, method=method)
+
+
+def _descend(search: LocalSearch, state: SearchState, excluded: frozenset[int]) -> SearchState:
+    """First-improvement descent over hold moves, ranked afresh after each move taken."""
+    memory, control, policy = search.memory, search.control, search.policy
     while not control.stopped:
-        improved = False
-        room = budget - stage_peaks(graph, best)
+        room = search.budget - state.stage_peaks
         tried = 0
-        for node, first, last in _moves(graph, best):
+        improved = False
+        for move in search.holds(state, from_first_computation=True):
+            node, first, last = move
             if control.stopped or tried >= MOVES_PER_ROUND:
                 break
             if node in excluded:
                 continue
-            if first + 1 < last and room[first + 1 : last].min() < graph.memory[node]:
+            if first < last and room[first:last].min() < memory[node]:
                 continue  # held through those stages, it would not fit beside their peaks
             tried += 1
-            S = best.S.copy()
-            S[first + 1 : last + 1, node] = True
-            R, S = prune_checkpoints(graph, cheapest_r(graph, S), S)
-            candidate = make_plan(graph, R, S, method=method)
-            evaluated += 1
-            if candidate.peak_memory <= budget and candidate.cost < best.cost - 1e-9:
-                best, improved = candidate, True
-                control.report("hold more", cost=best.cost)
+            candidate = search.derive(state, search.held(state, move))
+            if candidate.excess == 0 and policy.cheaper(candidate.cost, state.cost):
+                state, improved = candidate, True
+                control.report("hold more", cost=state.cost)
                 break
         if not improved:
             break
-    log.debug("hold more: %d moves evaluated, cost %.6g -> %.6g", evaluated, plan.cost, best.cost)
-    return best
+    return state
 
 
-def swap_holds(graph: Graph, plan: Plan, budget: int, control: SearchControl, *, method: str, seed: int = 0) -> Plan:
+def swap_holds(
+    graph: Graph,
+    plan: Plan,
+    budget: int,
+    control: SearchControl,
+    *,
+    method: str,
+    seed: int = 0,
+    policy: SearchPolicy = POLICY,
+) -> Plan:
     """Iterated local search: drop every hold of a few held nodes (drawn with weight bytes x stages held), let
     `hold_more` spend the freed memory on other nodes, and keep the result when it is cheaper; until time is up or
     `SWAP_ATTEMPTS` drops in a row gave nothing."""
+    search = LocalSearch(graph, budget, control, policy)
+    best = search.state(plan.S)
+    if best.excess > 0 or policy.cheaper(plan.cost, best.cost):
+        return plan
     rng = np.random.default_rng(seed)
-    best = plan
     failures = 0
     while not control.stopped and failures < SWAP_ATTEMPTS:
         held = best.S.sum(axis=0) * graph.memory
@@ -86,45 +109,17 @@ def swap_holds(graph: Graph, plan: Plan, budget: int, control: SearchControl, *,
         )
         S = best.S.copy()
         S[:, dropped] = False
-        R, S = prune_checkpoints(graph, cheapest_r(graph, S), S)
-        start = make_plan(graph, R, S, method=method)
-        candidate = hold_more(graph, start, budget, control, method=method, excluded=frozenset(int(n) for n in dropped))
-        if candidate.peak_memory <= budget and candidate.cost < best.cost - 1e-9:
+        start = search.derive(best, S)
+        candidate = _descend(search, start, frozenset(int(node) for node in dropped))
+        if candidate.excess == 0 and policy.cheaper(candidate.cost, best.cost):
             best, failures = candidate, 0
             control.report("swap holds", cost=best.cost)
         else:
             failures += 1
     log.info("swap holds: cost %.6g -> %.6g", plan.cost, best.cost)
-    return best
+    return search.state_plan(best, method=method) if policy.cheaper(best.cost, plan.cost) else plan
 
 
 def _weights(held: np.ndarray, candidates: np.ndarray) -> np.ndarray:
     weights = held[candidates].astype(np.float64)
     return weights / weights.sum()
-
-
-def stage_peaks(graph: Graph, plan: Plan) -> np.ndarray:
-    """int64[T]: the highest usage of each stage (the simulator's, fixed memory and workspaces included)."""
-    schedule = lower(graph, plan.R, plan.S)
-    stages = [step.stage for step in schedule.steps if isinstance(step, Compute)]
-    peaks = np.zeros(graph.size, dtype=np.int64)
-    np.maximum.at(peaks, stages, schedule.usage)
-    return peaks
-
-
-def _moves(graph: Graph, plan: Plan) -> list[tuple[int, int, int]]:
-    """(node, from stage, through stage) spans that would remove recomputations, most saving per byte first."""
-    R = plan.R
-    recomputed = R & ~np.eye(graph.size, dtype=bool)
-    moves: list[tuple[float, int, int, int]] = []
-    for node in np.flatnonzero(recomputed.any(axis=0)):
-        stages = np.flatnonzero(R[:, node])
-        size = max(int(graph.memory[node]), 1)
-        cost = float(graph.costs[node])
-        for position in range(1, len(stages)):
-            for start in (stages[0], stages[position - 1]) if position > 1 else (stages[0],):
-                saved = cost * (position if start == stages[0] else 1)
-                span = int(stages[position] - start)
-                moves.append((saved / (size * span), int(node), int(start), int(stages[position])))
-    moves.sort(key=lambda move: -move[0])
-    return [(node, first, last) for _, node, first, last in moves]

@@ -2,7 +2,7 @@
 
 Two starting points, each improved by `hold_more` on the full graph:
 * the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank);
-* the answer of the retention bound (`checkmate.milp.retention_bound`): hold what it keeps, recompute the rest with
+* the answer of the retention bound (`checkmate.bounds.retention`): hold what it keeps, recompute the rest with
   the cheapest R. On convolutional networks this lands within a fraction of a percent of the bound; on
   transformers its recomputations cascade and the baseline start wins.
 The retention bound itself is the search's first proven lower bound.
@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from checkmate.bounds.retention import retention_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.milp.retention_bound import retention_bound
-from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
+from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan, prune_checkpoints
 from checkmate.progress import SearchControl
-from checkmate.strategies.feasibility import infeasible_budget, message_time
+from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.hold_more import hold_more
+from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.warm_start import best_baseline
 
 log = logging.getLogger(__name__)
@@ -42,21 +43,42 @@ class Starts:
     bound: float
 
 
-def starting_plans(graph: Graph, budget: int, control: SearchControl, *, method: str, time_share: float) -> Starts:
+def starting_plans(
+    graph: Graph,
+    budget: int,
+    control: SearchControl,
+    *,
+    method: str,
+    time_share: float,
+    message_time: float,
+    policy: SearchPolicy = POLICY,
+) -> Starts:
     """The best of the two starting points (see the module doc) and the retention bound, in `time_share` of the
-    time `control` has left."""
+    time `control` has left; `message_time`: seconds the error of an infeasible budget may spend naming the smallest
+    budget."""
     clock = control.child(control.share(time_share))
     plans: list[Plan] = []
-    baseline = best_baseline(graph, budget)
+    baseline = best_baseline(graph, budget, control)  # the caller's clock: a start matters more than the share
     if baseline is not None:
-        plans.append(hold_more(graph, baseline, budget, clock.child(clock.share(0.5)), method=method))
+        plans.append(
+            hold_more(
+                graph,
+                baseline,
+                budget,
+                clock.child(clock.share(policy.baseline_improvement_share)),
+                method=method,
+                policy=policy,
+            )
+        )
         clock.report("baselines", cost=plans[-1].cost)
     bound = float(graph.costs.sum())
     if not clock.stopped:
         try:
-            found = retention_bound(graph, budget, time_limit=clock.share(0.3, minimum=1.0))
+            found = retention_bound(
+                graph, budget, time_limit=clock.share(policy.retention_share, minimum=policy.retention_minimum)
+            )
         except InfeasibleBudget:
-            raise infeasible_budget(graph, budget, method=method, time_limit=message_time(control)) from None
+            raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
         bound = max(bound, found.bound)
         clock.report("retention bound", bound=bound)
         if found.held is not None:
@@ -64,8 +86,8 @@ def starting_plans(graph: Graph, budget: int, control: SearchControl, *, method:
             seed = make_plan(graph, R, S, method=method)
             promising = not plans or seed.cost <= SEED_SLACK * plans[0].cost
             if seed.peak_memory <= budget and promising:
-                plans.append(hold_more(graph, seed, budget, clock.child(None), method=method))
+                plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))
                 clock.report("retention start", cost=plans[-1].cost)
-    best = min(plans, key=lambda plan: (plan.cost, plan.peak_memory), default=None)
+    best = cheapest_fitting(plans, budget)
     log.info("starting plan: %s; bound %.6g", "none" if best is None else f"cost {best.cost:.6g}", bound)
     return Starts(best, bound)

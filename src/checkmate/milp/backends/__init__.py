@@ -6,6 +6,8 @@ from checkmate.errors import InvalidArgument, SolverUnavailable
 from checkmate.milp.backends.base import MilpBackend
 from checkmate.milp.backends.gurobi import GurobiBackend
 from checkmate.milp.backends.highs import HighsBackend
+from checkmate.milp.backends.policy import LP_BACKEND
+from checkmate.milp.backends.policy import choose_backend as _choose_backend
 from checkmate.milp.backends.portfolio import PortfolioBackend
 from checkmate.milp.backends.scip import ScipBackend
 
@@ -42,8 +44,27 @@ def get_backend(name: str) -> MilpBackend:
     return backend
 
 
+def milp_backend(name: str, num_variables: int) -> MilpBackend:
+    """The backend that solves a MILP of `num_variables` variables when the user asked for `name` ("auto" resolves
+    by `checkmate.milp.backends.policy`)."""
+    return get_backend(_choose_backend(name, num_variables, available_backends))
+
+
+def lp_backend() -> MilpBackend:
+    """The backend that solves the searches' linear programs (`policy.LP_BACKEND`)."""
+    return get_backend(LP_BACKEND)
+
+
 def _unknown(name: str) -> str:
     return f"unknown MILP backend {name!r}; choose one of {', '.join(_BACKENDS)} or 'auto'"
 
 
-__all__ = ["MilpBackend", "available_backends", "backend_names", "check_backend_name", "get_backend"]
+__all__ = [
+    "MilpBackend",
+    "available_backends",
+    "backend_names",
+    "check_backend_name",
+    "get_backend",
+    "lp_backend",
+    "milp_backend",
+]

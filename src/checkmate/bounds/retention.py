@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.milp.backends import get_backend
+from checkmate.milp.backends import lp_backend
 from checkmate.milp.formulation import expand_ranges
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.units import format_bytes
@@ -114,7 +114,7 @@ def retention_bound(graph: Graph, budget: int, *, time_limit: float | None = Non
     if problem.num_variables == 0:
         return RetentionBound(trivial, True, time.perf_counter() - started, _held(graph, gaps, np.zeros(0)))
     options = SolveOptions(time_limit=time_limit, mip_gap=1e-9, mip_abs_gap=0.0)
-    solution = get_backend("highs").solve(problem, options)
+    solution = lp_backend().solve(problem, options)
     if solution.status is SolveStatus.INFEASIBLE:
         raise _infeasible(graph, budget, "the retention MILP is infeasible: some value can be neither kept nor rebuilt")
     proven = solution.status is SolveStatus.OPTIMAL

@@ -1,9 +1,7 @@
-"""Proven bounds from the MILP of `checkmate.milp.formulation` alone: the activation floor, the LP lower bound on
-cost, and a bracket of the smallest feasible budget around a given plan.
+"""A bracket of the smallest feasible budget around a given plan: the peak-minimising MILP.
 
-The LP bound uses memory rounded *down* to solver units (`relaxed_scale`), so it is a valid bound in bytes even when
-the scaling is not exact. What uses the strategies (baselines as starting plans, the errors that name the smallest
-budget) is in `checkmate.strategies.feasibility`.
+What uses the strategies (baselines as starting plans, the errors that name the smallest budget) is in
+`checkmate.strategies.feasibility`.
 """
 
 from __future__ import annotations
@@ -15,11 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from checkmate.bounds.floor import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
+from checkmate.milp.backends.policy import LP_BACKEND
 from checkmate.milp.formulation import decode, encode, encode_solution, moment_retained, moment_usage
-from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
-from checkmate.milp.scaling import memory_scale, relaxed_scale
+from checkmate.milp.problem import MilpProblem, SolveOptions
+from checkmate.milp.scaling import memory_scale
 from checkmate.plan import Plan, make_plan
 
 log = logging.getLogger(__name__)
@@ -37,38 +37,14 @@ class BudgetRange:
         return self.upper is not None and self.lower >= self.upper
 
 
-def activation_floor(graph: Graph) -> int:
-    """The largest first run of a node with its inputs and workspace, beside the fixed memory and what the nodes up to
-    it retain: no schedule peaks lower (instant)."""
-    working_sets = [
-        graph.held_before_stage[k]
-        + graph.retained[k]
-        + graph.memory[k]
-        + graph.workspace[k]
-        + sum(graph.memory[i] for i in graph.predecessors[k])
-        for k in range(graph.size)
-    ]
-    return int(max(working_sets, default=graph.fixed_memory))
-
-
-def relaxation_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -> float | None:
-    """The LP relaxation's lower bound on the cost of any plan within `budget` bytes; None when even the relaxation
-    has no solution (no schedule fits). When the LP runs out of time, the trivial bound (every node once)."""
-    if budget < activation_floor(graph):
-        return None
-    scale = relaxed_scale(memory_scale(graph), graph)
-    problem, _ = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
-    solution = get_backend("highs").solve(problem.relaxed(), SolveOptions(time_limit=time_limit))
-    if solution.status is SolveStatus.INFEASIBLE:
-        return None
-    trivial = float(graph.costs.sum())
-    if solution.status is not SolveStatus.OPTIMAL or solution.objective is None:
-        log.info("the LP did not finish; returning the trivial bound (each node once)")
-        return trivial
-    return max(trivial, solution.objective)
-
-
-def peak_range(graph: Graph, start_plan: Plan | None, *, time_limit: float, backend: str = "highs") -> BudgetRange:
+def peak_range(
+    graph: Graph,
+    start_plan: Plan | None,
+    *,
+    time_limit: float,
+    backend: str = LP_BACKEND,
+    load_seconds_per_variable: float = 0.0,
+) -> BudgetRange:
     """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP that starts from
     `start_plan` (its peak is already a budget that works).
 
@@ -78,6 +54,8 @@ def peak_range(graph: Graph, start_plan: Plan | None, *, time_limit: float, back
         time_limit: seconds for the call, building the problem included; the range is exact when the solver
             proves optimality in time.
         backend: the MILP backend.
+        load_seconds_per_variable: the MILP is not solved when less time is left than this times its variables
+            (the solver would overrun the limit loading it); the range is then the floor and the start's peak.
     """
     started = time.perf_counter()
     scale = memory_scale(graph)
@@ -89,14 +67,20 @@ def peak_range(graph: Graph, start_plan: Plan | None, *, time_limit: float, back
         x = encode_solution(graph, index, start_plan.R, start_plan.S)
         start = np.append(x, (usage @ x + retained).max())
     left = max(0.0, time_limit - (time.perf_counter() - started))  # building the problem took part of the time
+    upper = None if start_plan is None else start_plan.peak_memory
+    floor = activation_floor(graph)
+    if left < peak_problem.num_variables * load_seconds_per_variable:
+        log.info(
+            "the peak-minimising MILP (%d variables) not solved: %.2f s is too little", peak_problem.num_variables, left
+        )
+        return BudgetRange(lower=floor, upper=upper)
     options = SolveOptions(time_limit=left, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
-    upper = None if start_plan is None else start_plan.peak_memory
     if solution.x is not None:
         R, S = decode(solution.x, index)
         found = make_plan(graph, R, S, method="minimum_budget").peak_memory
         upper = found if upper is None else min(upper, found)
-    lower = activation_floor(graph)
+    lower = floor
     if scale.exact and solution.bound is not None:
         lower = max(lower, scale.to_bytes(np.ceil(solution.bound - 1e-6), graph.fixed_memory))
     return BudgetRange(lower=min(lower, upper) if upper is not None else lower, upper=upper)

@@ -1,0 +1,28 @@
+"""Which solver runs which problem: the one place that names a solver for the searches.
+
+* `backend="auto"` for a MILP: the first installed of AUTO_ORDER; from PORTFOLIO_VARIABLES variables on, HiGHS and
+  SCIP side by side. HiGHS solved every case of benchmarks/milp_backends.py (chains up to T = 129 and random graphs,
+  warm-started) to optimality faster than SCIP; on real graphs of 20k+ variables neither wins every time
+  (BENCHMARKS.md).
+* Linear programs (the relaxations of `approx` and the bounds, the retention bound's MILP): LP_BACKEND, whose simplex
+  returns a vertex and a proven optimum quickly on these LPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+AUTO_ORDER = ("highs", "scip")
+PORTFOLIO_VARIABLES = 20_000
+LP_BACKEND = "highs"
+
+
+def choose_backend(name: str, num_variables: int, installed: Callable[[], tuple[str, ...]]) -> str:
+    """Resolve "auto" to a concrete backend among `installed()` (the portfolio for a problem this large); any other
+    name is returned as it is."""
+    if name != "auto":
+        return name
+    available = installed()
+    if num_variables >= PORTFOLIO_VARIABLES and "portfolio" in available:
+        return "portfolio"
+    return next((candidate for candidate in AUTO_ORDER if candidate in available), AUTO_ORDER[0])

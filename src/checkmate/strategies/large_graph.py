@@ -1,0 +1,129 @@
+"""Search a graph of any size: exactly when it is small, through a coarse graph when it is large.
+
+A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact search as it is. A larger one:
+
+1. The starting plans on the full graph (`checkmate.strategies.starts`: the best baseline and the retention bound's
+   answer, each improved by `hold_more`) and the retention bound.
+2. `checkmate.coarsen`: merge neighbouring nodes into at most `coarse_nodes` nodes, with conservative memory.
+3. The method's exact search on the coarse graph (the MILP for `optimal`, the LP rounding for `approx`), skipped
+   when the budget is below the coarse graph's activation floor.
+4. Expand the coarse plan to the full graph (it costs no more and peaks no higher), then `hold_more` spends the
+   memory the coarse accounting left unused.
+5. If the method asks for it, the rest of the time goes to `swap_holds` on the best plan so far (drop some holds,
+   hold others instead).
+6. The lower bound for the full graph is the retention bound (`checkmate.bounds.retention`); the coarse search's
+   bound is not one.
+
+Every plan is built through the simulator; the cheapest that fits is returned, "optimal" when the bound meets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from checkmate.bounds import activation_floor
+from checkmate.coarsen import choose_partition, coarsen, expand_plan
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.plan import Plan, cheapest_fitting
+from checkmate.progress import SearchControl
+from checkmate.strategies.common import final_plan
+from checkmate.strategies.feasibility import message_time
+from checkmate.strategies.hold_more import hold_more, swap_holds
+from checkmate.strategies.policy import SearchPolicy
+from checkmate.strategies.starts import starting_plans
+from checkmate.strategies.warm_start import unproven_infeasibility
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+# A method's exact search on one graph: (graph, budget, control, message_time) -> the plan, or InfeasibleBudget.
+# `message_time` is what the error of an infeasible budget may spend naming the smallest budget (0: nothing).
+ExactSearch = Callable[[Graph, int, SearchControl, float], Plan]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A method as the size dispatch sees it.
+
+    Attributes:
+        name: the name its plans carry.
+        exact: its search on a graph small enough to solve as it is.
+        coarse: its search on a coarse graph.
+        gap: the relative gap within which a plan counts as proven optimal.
+        swap_holds: whether a large graph's plan is polished by `swap_holds` with the time left.
+        seed: seeds `swap_holds`.
+    """
+
+    name: str
+    exact: ExactSearch
+    coarse: ExactSearch
+    gap: float
+    swap_holds: bool
+    seed: int = 0
+
+
+def search(graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy) -> Plan:
+    """The method's plan for `graph` within `budget` bytes, exact or through a coarse graph by size (module doc)."""
+    if graph.size <= policy.exact_nodes:
+        return method.exact(graph, budget, control, message_time(control))
+    return _through_coarse_graph(graph, budget, control, method, policy)
+
+
+def _through_coarse_graph(
+    graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy
+) -> Plan:
+    started = time.perf_counter()
+    starts = starting_plans(
+        graph,
+        budget,
+        control,
+        method=method.name,
+        time_share=policy.large_starts_share,
+        message_time=message_time(control),
+        policy=policy,
+    )
+    candidates = [starts.best]
+    if not control.stopped and not (starts.best and policy.meets(starts.best.cost, starts.bound, method.gap)):
+        candidates.append(_coarse_plan(graph, budget, control, method, policy))
+    best = cheapest_fitting(candidates, budget)
+    if best is None:
+        raise unproven_infeasibility(
+            graph,
+            budget,
+            f"no plan within {format_bytes(budget)} ({budget} bytes) was found on the coarse graph or by any baseline",
+            "Raise the budget, the time limit or coarse_nodes",
+            message_time=message_time(control),
+        )
+    if method.swap_holds and not policy.meets(best.cost, starts.bound, method.gap):
+        best = swap_holds(graph, best, budget, control.child(None), method=method.name, seed=method.seed, policy=policy)
+    proven = policy.meets(best.cost, starts.bound, method.gap)
+    final = final_plan(graph, budget, best, proven=proven, bound=starts.bound, started=started, method=method.name)
+    control.report("done", cost=final.cost, bound=final.lower_bound)
+    return final
+
+
+def _coarse_plan(
+    graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy
+) -> Plan | None:
+    """The exact search's plan on the coarse graph, expanded and improved by hold_more (None when the coarse graph
+    has no plan within the budget)."""
+    coarsening = coarsen(graph, choose_partition(graph, policy.coarse_nodes))
+    coarse = coarsening.coarse
+    log.info("coarse graph: %d nodes for %d", coarse.size, graph.size)
+    if budget < activation_floor(coarse):
+        log.info("the budget is below the coarse graph's activation floor (%d bytes): no coarse plan", budget)
+        return None
+    try:
+        coarse_plan = method.coarse(
+            coarse, budget, control.child(control.share(policy.coarse_share), reports=False), 0.0
+        )
+    except InfeasibleBudget as error:
+        log.info("the coarse graph has no plan within the budget: %s", error)
+        return None
+    expanded = expand_plan(coarsening, coarse_plan, method=method.name)
+    control.report("expanded", cost=expanded.cost)
+    return hold_more(graph, expanded, budget, control.child(None), method=method.name, policy=policy)

@@ -1,0 +1,204 @@
+"""The exact search on one graph: the paper's MILP (eq. 9), warm-started from the best plan found before it.
+
+Before the MIP: the starting plans (`checkmate.strategies.starts`: best baseline and the retention bound's answer,
+each improved by hold_more) and `approx`'s LP rounding (`checkmate.strategies.lp_rounding`; its LP is the LP bound).
+When a bound already meets the best start's cost, that start is proven optimal without branching (this
+formulation's LP and the retention bound are tight on chains). The MIP is warm-started from the best start, so the
+search is never worse than the baselines or `approx` given the same time.
+
+A time-limited solve never returns worse than that warm start, and the status is "optimal" only when a bound proves
+it (within `mip_gap`; the MIP's own bound only on an exactly scaled model).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.milp.backends import milp_backend
+from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
+from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
+from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
+from checkmate.progress import SearchControl
+from checkmate.strategies.common import final_plan
+from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.lp_rounding import RoundingSettings, round_relaxation
+from checkmate.strategies.policy import POLICY, SearchPolicy
+from checkmate.strategies.starts import starting_plans
+from checkmate.strategies.warm_start import unproven_infeasibility
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MilpSettings:
+    """The solver options of `optimal`, handed on to the MILP of a coarse graph."""
+
+    backend: str = "auto"
+    mip_gap: float = 1e-4
+    threads: int | None = None
+    verbose: bool = False
+    seed: int = 0
+    warm_start: bool = True
+    memory_resolution: int = DEFAULT_RESOLUTION
+    recompute_backward: bool = True
+
+
+def solve_milp(
+    graph: Graph,
+    budget: int,
+    control: SearchControl,
+    settings: MilpSettings,
+    *,
+    method: str,
+    message_time: float,
+    phase: str = "MILP",
+    policy: SearchPolicy = POLICY,
+) -> Plan:
+    """The paper's MILP on `graph` within `budget` bytes, warm-started (see the module doc), in `control`'s time.
+
+    Args:
+        control: the clock, progress and stop flag of this solve (a child that does not report, for a coarse graph
+            whose bound proves nothing about the graph the caller plans).
+        settings: solver options.
+        method: the name the plan carries.
+        message_time: seconds the error of an infeasible budget may spend finding the smallest budget (0: none).
+        phase: the name progress reports use.
+    """
+    started = time.perf_counter()
+    starts = starting_plans(
+        graph,
+        budget,
+        control,
+        method=method,
+        time_share=policy.starts_share,
+        message_time=message_time,
+        policy=policy,
+    )
+    rounded = None if control.stopped else _rounded(graph, budget, control, settings.seed, policy)
+    fallback = cheapest_fitting((starts.best, rounded), budget)
+    lp_bound = rounded.lower_bound if rounded is not None else None  # approx's LP: the paper's relaxation
+    if lp_bound is not None:
+        control.report(f"{phase}: LP bound", bound=lp_bound)
+    first_bound = max(starts.bound, lp_bound or starts.bound)
+    if fallback is not None and policy.meets(fallback.cost, first_bound, settings.mip_gap):
+        log.info("the bound %.6g proves the starting plan optimal", first_bound)
+        return final_plan(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
+    scale = memory_scale(graph, settings.memory_resolution)
+    problem, index = encode(
+        graph,
+        scale.budget_units(budget, graph.fixed_memory),
+        scale,
+        recompute_backward=settings.recompute_backward,
+    )
+    log.info(
+        "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
+    )
+    if control.stopped or policy.too_little_time(control.remaining(), problem.num_variables):
+        log.info("%s: too little time left to load the MILP; the best start is the answer", phase)
+        if fallback is None:
+            raise _nothing_found(graph, budget, None, control.time_limit, message_time, method)
+        return final_plan(graph, budget, fallback, proven=False, bound=first_bound, started=started, method=method)
+    options = SolveOptions(
+        time_limit=control.remaining(),
+        mip_gap=settings.mip_gap,
+        threads=settings.threads,
+        verbose=settings.verbose,
+        seed=settings.seed,
+        on_progress=_reporter(control, phase, scale.exact),
+        should_stop=lambda: control.stopped,
+    )
+    start = _start(graph, problem, index, fallback, policy) if settings.warm_start else None
+    solution = milp_backend(settings.backend, problem.num_variables).solve(problem, options, start)
+    if solution.status is SolveStatus.INFEASIBLE and scale.exact:
+        raise infeasible_budget(graph, budget, method=method, time_limit=message_time)
+    bounds = [b for b in (first_bound, solution.bound if scale.exact else None) if b is not None]
+    plan = _best_plan(graph, budget, solution, index, fallback, method)
+    if plan is None:
+        raise _nothing_found(graph, budget, solution, control.time_limit, message_time, method)
+    proven = (
+        solution.status is SolveStatus.OPTIMAL
+        and scale.exact
+        and plan.cost <= (solution.objective or np.inf) + policy.solver_tolerance
+    )
+    final = final_plan(
+        graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method
+    )
+    control.report(phase, cost=final.cost, bound=final.lower_bound)
+    return final
+
+
+def _rounded(graph: Graph, budget: int, control: SearchControl, seed: int, policy: SearchPolicy) -> Plan | None:
+    """`approx`'s rounding on this graph within a share of the time: its plan is a start, its LP bound a bound (so
+    the MILP search is never worse than `approx`, which on small graphs often finds the optimum before the MIP)."""
+    try:
+        return round_relaxation(
+            graph,
+            budget,
+            control.child(control.share(policy.rounding_share)),
+            RoundingSettings(seed=seed),
+            method="approx",
+            message_time=0.0,
+            policy=policy,
+        )
+    except InfeasibleBudget as error:
+        log.info("approx found no start: %s", error)
+        return None
+
+
+def _reporter(control: SearchControl, phase: str, exact: bool) -> Callable[[float | None, float | None], None]:
+    """The solver's progress hook: its incumbent is a plan's cost; its bound counts only for an exact scaling."""
+
+    def report(objective: float | None, bound: float | None) -> None:
+        control.report(phase, cost=objective, bound=bound if exact else None)
+
+    return report
+
+
+def _start(
+    graph: Graph, problem: MilpProblem, index: VariableIndex, fallback: Plan | None, policy: SearchPolicy
+) -> np.ndarray | None:
+    """The warm start vector of the fallback plan, when it satisfies the (unit-rounded) model."""
+    if fallback is None:
+        return None
+    start = encode_solution(graph, index, fallback.R, fallback.S)
+    violation = problem.max_violation(start)
+    if violation > policy.solver_tolerance:
+        log.info("the warm start %s breaks the unit-rounded model by %g; solving cold", fallback.method, violation)
+        return None
+    return start
+
+
+def _best_plan(
+    graph: Graph, budget: int, solution: MilpSolution, index: VariableIndex, fallback: Plan | None, method: str
+) -> Plan | None:
+    """The cheapest within budget of: the solver's plan, the same with R pruned to the cheapest for its S, and the
+    fallback."""
+    candidates = [fallback]
+    if solution.x is not None:
+        R, S = decode(solution.x, index)
+        candidates += [make_plan(graph, R, S, method=method), make_plan(graph, cheapest_r(graph, S), S, method=method)]
+    return cheapest_fitting(candidates, budget)
+
+
+def _nothing_found(
+    graph: Graph, budget: int, solution: MilpSolution | None, time_limit: float | None, time_left: float, method: str
+) -> InfeasibleBudget:
+    if solution is not None and solution.status is SolveStatus.INFEASIBLE:
+        return infeasible_budget(graph, budget, method=method, time_limit=time_left)
+    return unproven_infeasibility(
+        graph,
+        budget,
+        f"{method}: no plan within {format_bytes(budget)} ({budget} bytes) was found in the time limit "
+        f"({time_limit} s) and no baseline fits",
+        "Raise time_limit or the budget",
+        message_time=time_left,
+    )

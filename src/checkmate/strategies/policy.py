@@ -1,0 +1,70 @@
+"""The search's policy in one place: size thresholds, time shares and tolerances, one name per setting.
+
+Time shares are fractions of the time a search has left when it starts a phase (`SearchControl.share`); a phase that
+finishes early leaves the rest to the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SearchPolicy:
+    """How `optimal` and `approx` spend their time.
+
+    Attributes:
+        exact_nodes: the largest graph solved as one MILP (`optimal`) or rounded as one LP (`approx`); larger graphs
+            go through a coarse graph (`checkmate.strategies.large_graph`). HiGHS proves chains of T = 129 in seconds
+            and real graphs of 150 nodes within minutes (BENCHMARKS.md); at 339 nodes it no longer improves on its
+            warm start in 15 minutes.
+        coarse_nodes: nodes of that coarse graph. SCIP (in the portfolio that backend="auto" runs) proves GPT-2
+            small's 150-node coarse MILP (47k variables) optimal in 15 s, where HiGHS alone does not improve on its
+            warm start in 220 s (BENCHMARKS.md).
+        starts_share: the starting plans and the retention bound (`checkmate.strategies.starts`) on a graph solved
+            exactly.
+        large_starts_share: the same on a large graph, before the coarse graph.
+        baseline_improvement_share: of the starting plans' time, what `hold_more` may spend on the best baseline.
+        retention_share: of the starting plans' time left, what the retention bound may take (at least
+            `retention_minimum` seconds).
+        rounding_share: what `approx` may take inside `optimal` before the MILP (its LP is also the LP bound).
+        relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
+            the other ε are as large, so one that does not finish in time is not helped by leaving them more.
+        coarse_share: what the coarse graph's MILP or LP rounding may take; the rest goes to expanding and improving.
+        load_seconds_per_variable: an LP or MILP is not handed to a solver with less time left than this times its
+            variables. HiGHS loads and presolves these models without checking its clock: a 71k-variable LP (a
+            150-node graph) took 2.3 s to return under a 0.01 s limit, a 54k one 0.7 s, a 15k one 0.3 s (this
+            machine, 2 cores); SCIP is slower still. A solve given less time overruns the caller's limit and rarely
+            improves on its warm start.
+        cost_tolerance: a plan is cheaper than another, or meets a bound, only by more than this (cost units).
+        solver_tolerance: how far a solver's answer may be off its model (a warm start's violation, an objective).
+    """
+
+    exact_nodes: int = 160
+    coarse_nodes: int = 150
+    starts_share: float = 0.15
+    large_starts_share: float = 0.3
+    baseline_improvement_share: float = 0.5
+    retention_share: float = 0.3
+    retention_minimum: float = 1.0
+    rounding_share: float = 0.8
+    relaxation_share: float = 0.8
+    coarse_share: float = 0.5
+    load_seconds_per_variable: float = 1 / 30_000
+    cost_tolerance: float = 1e-9
+    solver_tolerance: float = 1e-6
+
+    def cheaper(self, cost: float, than: float) -> bool:
+        """Whether `cost` is lower than `than` by more than the tolerance."""
+        return cost < than - self.cost_tolerance
+
+    def too_little_time(self, remaining: float | None, num_variables: int) -> bool:
+        """Whether `remaining` seconds are too few to hand a model of `num_variables` variables to a solver."""
+        return remaining is not None and remaining < num_variables * self.load_seconds_per_variable
+
+    def meets(self, cost: float, bound: float, gap: float = 0.0) -> bool:
+        """Whether a plan of `cost` is proven within the relative `gap` of the lower `bound`."""
+        return cost <= bound * (1.0 + gap) + self.cost_tolerance
+
+
+POLICY = SearchPolicy()
