@@ -159,7 +159,7 @@ def _apply_options(highs: Any, options: SolveOptions) -> None:
 
 
 def to_highs_lp(problem: MilpProblem) -> Any:
-    """The problem as a highspy HighsLp, built from CSC arrays (shared with the SCIP adapter's MPS writer)."""
+    """The problem as a highspy HighsLp, built from CSC arrays."""
     import highspy
 
     lp = highspy.HighsLp()

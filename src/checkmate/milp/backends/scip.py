@@ -1,5 +1,5 @@
-"""SCIP through pyscipopt. The model travels as an MPS file written by HiGHS's writer from the sparse arrays,
-so no Python loop runs over rows; only the warm start and the answer are read per variable.
+"""SCIP through pyscipopt. The model travels as an MPS file (`checkmate.milp.mps`), which SCIP's reader loads faster
+than a model built through pyscipopt's Python API; the warm start and the answer are read per variable.
 
 Progress and stopping (`SolveOptions.on_progress` / `should_stop`) go through an event handler: a new incumbent
 (BESTSOLFOUND) is reported at once, and after each solved node or LP (NODESOLVED, LPSOLVED) the primal and dual
@@ -28,7 +28,7 @@ import numpy as np
 
 from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.base import SolverHooks
-from checkmate.milp.backends.highs import to_highs_lp
+from checkmate.milp.mps import write_mps
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class ScipBackend:
 
     @functools.cache  # noqa: B019  (one instance per process; the answer never changes)
     def is_available(self) -> bool:
-        return importlib.util.find_spec("pyscipopt") is not None and importlib.util.find_spec("highspy") is not None
+        return importlib.util.find_spec("pyscipopt") is not None
 
     def solve(self, problem: MilpProblem, options: SolveOptions, start: np.ndarray | None = None) -> MilpSolution:
         if not self.is_available():
@@ -52,7 +52,7 @@ class ScipBackend:
         model.hideOutput(quiet=not options.verbose)
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "checkmate.mps")
-            _write_mps(problem, path)
+            write_mps(problem, path)
             model.readProblem(path)
         _apply_options(model, options)
         columns = _columns_in_order(model, problem.num_variables)
@@ -138,15 +138,6 @@ def _event_handler(pyscipopt: Any, hooks: _Hooks) -> Any:
             hooks.on_event(self.model, event.getType() == events.BESTSOLFOUND)
 
     return ProgressEvents()
-
-
-def _write_mps(problem: MilpProblem, path: str) -> None:
-    import highspy
-
-    highs = highspy.Highs()
-    highs.setOptionValue("output_flag", False)
-    highs.passModel(to_highs_lp(problem))
-    highs.writeModel(path)
 
 
 def _apply_options(model: Any, options: SolveOptions) -> None:
