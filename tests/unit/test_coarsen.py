@@ -26,6 +26,32 @@ def test_partition_blocks_are_consecutive_runs_of_one_phase() -> None:
         assert len(phases) == 1, f"block {block} mixes the forward and backward pass"
 
 
+def _forward_graph(costs: list[float], memory: list[int], inputs: list[tuple[int, ...]]) -> checkmate.Graph:
+    return checkmate.Graph(
+        tuple(
+            checkmate.Node(f"op{index}", cost, size, inputs=reads)
+            for index, (cost, size, reads) in enumerate(zip(costs, memory, inputs, strict=True))
+        )
+    )
+
+
+def test_a_node_read_only_by_its_successor_merges_first() -> None:
+    # node 0 is read by 1 and by 3 (a skip connection); 1 and 2 are read only by their successor
+    graph = _forward_graph([1.0] * 4, [1] * 4, [(), (0,), (1,), (2, 0)])
+    assert choose_partition(graph, 3).starts == (0, 1, 3)
+
+
+def test_expensive_nodes_stay_apart_longest() -> None:
+    graph = _forward_graph([1.0, 1.0, 50.0, 50.0, 1.0, 1.0], [1] * 6, [(), (0,), (1,), (2,), (3,), (4,)])
+    partition = choose_partition(graph, 2)
+    assert partition.block_of[2] != partition.block_of[3]
+
+
+def test_the_smaller_of_two_equally_cheap_merges_comes_first() -> None:
+    graph = _forward_graph([1.0] * 4, [100, 100, 1, 1], [(), (0,), (1,), (2,)])
+    assert choose_partition(graph, 3).starts == (0, 1, 2)
+
+
 def test_partition_validates_its_starts() -> None:
     with pytest.raises(InvalidGraph):
         Partition((1, 3), 5)

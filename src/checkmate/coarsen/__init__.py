@@ -1,6 +1,6 @@
 """Coarsen, solve, expand: plan a large graph through a smaller one (pure core, no torch).
 
-    partition = choose_partition(graph, max_blocks=150)      # contiguous runs of nodes, one phase each
+    partition = choose_partition(graph, max_nodes=150)      # contiguous runs of nodes, one phase each
     coarsening = coarsen(graph, partition)                    # the coarse Graph, with conservative memory
     S = expand_checkpoints(coarsening, coarse_plan.S, coarse_plan.R)   # checkpoints on the full graph
 

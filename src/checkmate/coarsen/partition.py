@@ -1,8 +1,12 @@
 """Partitions of a graph into blocks of consecutive nodes, and the greedy choice of one.
 
+This is the one merge order of the package: `coarsen` plans large graphs through the blocks it chooses, and
+capture's `max_nodes` (`checkmate.torch_capture.merge`) merges the fx ops of each block into one planning node.
+
 Blocks are runs of consecutive nodes in execution order, so the coarse graph keeps a topological order and a
 coarse stage maps to consecutive full stages. Merges are chosen greedily: the pair of neighbouring blocks with the
-smallest combined cost, weighted by how natural the merge is (`TIER_WEIGHTS`):
+smallest combined cost, weighted by how natural the merge is (`TIER_WEIGHTS`) and by the bytes of the merged block
+(`1 + combined bytes / (all bytes / max_nodes)`); ties go to the leftmost pair. The tiers:
 
 1. the left block is read by nothing but the right one (an elementwise chain, most of the backward pass);
 2. the right block reads the left one;
@@ -11,7 +15,8 @@ smallest combined cost, weighted by how natural the merge is (`TIER_WEIGHTS`):
 
 Weighting by cost instead of strict tiers keeps blocks balanced: cheap ops (views, elementwise ops) join their
 neighbours first, and expensive ones (convolutions, matrix products) stay apart longest, so the coarse plan can
-still choose to keep or recompute each of them.
+still choose to keep or recompute each of them. Weighting by size keeps blocks balanced in bytes too: a block is
+held or dropped whole, so a large one raises the smallest budget the merged graph can meet.
 """
 
 from __future__ import annotations
@@ -73,19 +78,20 @@ class Partition:
         return range(self.starts[block], int(self.stops[block]))
 
 
-def choose_partition(graph: Graph, max_blocks: int) -> Partition:
-    """Merge neighbouring nodes greedily (see the module doc) until at most `max_blocks` blocks remain."""
-    if max_blocks < 1:
-        raise InvalidArgument(f"max_blocks must be at least 1, got {max_blocks}")
+def choose_partition(graph: Graph, max_nodes: int) -> Partition:
+    """Merge neighbouring nodes greedily (see the module doc) until at most `max_nodes` blocks remain (the nodes of
+    the coarse graph)."""
+    if max_nodes < 1:
+        raise InvalidArgument(f"max_nodes must be at least 1, got {max_nodes}")
     starts = list(range(graph.size))
     stops = [index + 1 for index in range(graph.size)]
     costs = [float(cost) for cost in graph.costs]
     sizes = [float(size) for size in graph.memory]
-    size_scale = max(float(graph.memory.sum()) / max_blocks, 1.0)
+    size_scale = max(float(graph.memory.sum()) / max_nodes, 1.0)
     backward = [bool(flag) for flag in graph.is_backward]
     read_by = [set(users) for users in graph.users]
     scores = np.array([_score(k, stops, costs, sizes, size_scale, backward, read_by) for k in range(graph.size - 1)])
-    while len(starts) > max_blocks:
+    while len(starts) > max_nodes:
         k = int(np.argmin(scores))
         stops[k] = stops.pop(k + 1)
         costs[k] += costs.pop(k + 1)
@@ -113,7 +119,7 @@ def _score(
     read_by: list[set[int]],
 ) -> float:
     """How much merging blocks k and k + 1 costs the plan: their combined cost, weighted by the merge's tier and
-    by their combined size (a large block is held or dropped whole, and counted conservatively)."""
+    by their combined size (a large block is held or dropped whole)."""
     same_phase = backward[k] == backward[k + 1]
     readers = read_by[k]
     right_stop = stops[k + 1]
