@@ -17,7 +17,7 @@ from checkmate.errors import (
     MethodNotApplicable,
     SolverUnavailable,
 )
-from checkmate.experiments.batch_search import MaxBatch, max_batch
+from checkmate.experiments.batch_search import MaxBatch
 from checkmate.graph import Graph, Node
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import Progress, SearchControl
@@ -45,11 +45,19 @@ def backend(budget: int | float | str, **options: Any) -> Any:
 
 def compile(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Any:
     """Plan a training step within a memory budget and return a step that runs the plan; see
-    `checkmate.training.compiled.compile` (imports torch).
+    `checkmate.compile_step.compile` (imports torch).
     """
-    from checkmate.training.compiled import compile as compile_step
+    from checkmate.compile_step import compile as compile_training_step
 
-    return compile_step(model, loss_fn, batch, **options)
+    return compile_training_step(model, loss_fn, batch, **options)
+
+
+def max_batch(factory: Any, memory: int | str, **options: Any) -> MaxBatch:
+    """The largest batch size whose step trains within `memory`; see `checkmate.experiments.model_max_batch.max_batch`
+    (imports torch)."""
+    from checkmate.experiments.model_max_batch import max_batch as search
+
+    return search(factory, memory, **options)
 
 
 __all__ = [

@@ -5,7 +5,7 @@ at 50 % of the peak memory of a step without recomputation, trains it for a few 
 eager copy of the same model under the same seeds, checks that losses and gradients are bit-for-bit the
 same (dropout masks are replayed when recomputed), and prints the planned figures beside the measured
 ones: the peak, and the time against the same model compiled without recomputation (op costs are
-profiled on this machine, so the planned overhead is in seconds too). A progress line shows what is
+profiled on this machine, so the planned extra compute is in seconds too). A progress line shows what is
 running while it captures and solves.
 """
 
@@ -208,7 +208,7 @@ def _summary(step: checkmate.training.compiled.CompiledStep, reference: nn.Modul
         print(f"{'measured / eager':<{LABEL_WIDTH}}  {measured / eager_bytes:.0%} of eager's peak")
     milliseconds = {name: f"{value * 1e3:.2f} ms" for name, value in times.items()}
     print(
-        f"{'measured overhead':<{LABEL_WIDTH}}  {times['plan'] / times['no-remat'] - 1:+.1%} time against the compiled "
+        f"{'measured extra time':<{LABEL_WIDTH}}  {times['plan'] / times['no-remat'] - 1:+.1%} against the compiled "
         f"step without recomputation ({milliseconds['plan']} vs {milliseconds['no-remat']}, median of {TIMING_REPEATS})"
     )
     print(

@@ -6,16 +6,15 @@ the first capture's floor) are in test_inductor.py and test_lean_backward.py.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from torch import nn
 
 from checkmate import zoo
-from checkmate.training.executors import capture_choices
-
-LEAN = {"lean_backward": True}
+from checkmate.training.capture_options import CaptureOptions
+from checkmate.training.executors import capture_choices, capture_options
 
 
 def _convolutional() -> nn.Module:
@@ -29,12 +28,12 @@ def _dense() -> nn.Module:
 @pytest.mark.parametrize(
     ("executor", "channels_last", "model", "expected"),
     [
-        ("inductor", None, _convolutional, [(True, {}), (False, {}), (False, LEAN)]),
-        ("inductor", None, _dense, [(False, {}), (False, LEAN)]),
-        ("inductor", True, _convolutional, [(True, {}), (True, LEAN)]),
-        ("inductor", False, _convolutional, [(False, {}), (False, LEAN)]),
-        ("eager", None, _convolutional, [(False, {})]),
-        ("eager", True, _convolutional, [(True, {})]),
+        ("inductor", None, _convolutional, [(True, False), (False, False), (False, True)]),
+        ("inductor", None, _dense, [(False, False), (False, True)]),
+        ("inductor", True, _convolutional, [(True, False), (True, True)]),
+        ("inductor", False, _convolutional, [(False, False), (False, True)]),
+        ("eager", None, _convolutional, [(False, False)]),
+        ("eager", True, _convolutional, [(True, False)]),
     ],
     ids=["inductor-auto-cnn", "inductor-auto-dense", "inductor-cl", "inductor-contiguous", "eager", "eager-cl"],
 )
@@ -42,7 +41,24 @@ def test_captures_are_tried_fastest_first(
     executor: str,
     channels_last: bool | None,
     model: Callable[[], nn.Module],
-    expected: list[tuple[bool, dict[str, Any]]],
+    expected: list[tuple[bool, bool]],
 ) -> None:
     choices = capture_choices(executor, channels_last, model())
-    assert [(choice.channels_last, choice.options) for choice in choices] == expected
+    assert [(choice.channels_last, choice.lean_backward) for choice in choices] == expected
+
+
+@pytest.mark.parametrize(
+    ("executor", "cost_model", "expected"),
+    [
+        ("eager", "profile", CaptureOptions("profile", 64, gradient_memory="when_made")),
+        ("inductor", "profile", CaptureOptions("flops", 64, gradient_memory="when_made", fused=True)),
+        ("inductor", "unit", CaptureOptions("unit", 64, gradient_memory="when_made", fused=True)),
+    ],
+)
+def test_each_executor_captures_with_its_options(executor: str, cost_model: str, expected: CaptureOptions) -> None:
+    """The Inductor executor captures fused ops and prices them itself (FLOPs in capture when it profiles); each
+    choice keeps the executor's options and sets only whether the backward is the leaner one."""
+    options = capture_options(executor, cost_model, max_nodes=64, gradient_memory="when_made")
+    assert options == expected
+    for choice in capture_choices(executor, None, _dense()):
+        assert choice.options(options) == dataclasses.replace(expected, lean_backward=choice.lean_backward)

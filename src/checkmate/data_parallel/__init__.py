@@ -26,7 +26,8 @@ reproduced here, with eager DDP's arithmetic, so that `.grad` on each rank equal
   of the backward, when every bucket is in flight. DDP's own Reducer keeps its buckets (one more copy of the
   gradients, allocated when DDP is constructed); the compiled step does not use them.
 * Buffers. With `broadcast_buffers` (the default), rank 0's buffers are broadcast at the start of each step,
-  as DDP's forward does.
+  as DDP's forward does, through one flat copy per dtype. Gloo's worker thread may let go of those copies only
+  after the step has begun (seen in about 3 runs of 10), so the plan's fixed memory counts them too.
 * `ddp.no_sync()`: a step called inside it only accumulates locally, and the next step outside reduces the
   accumulated `.grad`, as in eager DDP (the buffer broadcast follows DDP's `require_forward_param_sync` too).
 * Parameters without a gradient keep `.grad` as it was. DDP needs `find_unused_parameters=True` (or
@@ -50,14 +51,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
 from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, layout_buckets, tensor_bytes
 from checkmate.data_parallel.reducer import BucketedGradients, Reduction
 from checkmate.errors import DataParallelError
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
-from checkmate.training.compiled import Compiled, CompiledStep, LossFunction, Settings, batch_signature, plan_step
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training.compiled import CompiledStep
+from checkmate.training.planning import BatchSignature, Compiled, Settings, plan_step, signature_of
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -77,10 +79,8 @@ def compile_data_parallel(
     """
     _check_supported(ddp)
     reduced = _reduced_parameters(ddp)
-    settings = dataclasses.replace(
-        settings,
-        capture_options={**settings.capture_options, "optimizer_state_bytes": tensor_bytes(reduced.values())},
-    )
+    held = tensor_bytes(reduced.values()) + _broadcast_bytes(ddp)
+    settings = dataclasses.replace(settings, capture=dataclasses.replace(settings.capture, optimizer_state_bytes=held))
     compiled = plan_step(ddp.module, loss_fn, batch, settings)
     _check_unused(ddp, compiled.captured, reduced)
     group = ddp.process_group
@@ -93,8 +93,7 @@ def compile_data_parallel(
         len(reduction.buckets),
         format_bytes(reduction.bucket_bytes),
     )
-    leaves, spec = pytree.tree_flatten(tuple(batch))
-    return DataParallelStep(ddp, loss_fn, settings, {batch_signature(leaves, spec): compiled}, reduction=reduction)
+    return DataParallelStep(ddp, loss_fn, settings, {signature_of(batch): compiled}, reduction=reduction)
 
 
 class DataParallelStep(CompiledStep):
@@ -111,7 +110,7 @@ class DataParallelStep(CompiledStep):
         ddp: DistributedDataParallel,
         loss_fn: LossFunction,
         settings: Settings,
-        compiled: dict[Any, Compiled],
+        compiled: dict[BatchSignature, Compiled],
         *,
         reduction: Reduction,
     ) -> None:
@@ -205,6 +204,11 @@ def _agree_on_order(order: list[str], names: list[str], group: Any, device: torc
     positions = torch.tensor([index_of[name] for name in order], dtype=torch.int64, device=device)
     dist.broadcast(positions, src=dist.get_global_rank(group, 0), group=group)
     return [names[index] for index in positions.tolist()]
+
+
+def _broadcast_bytes(ddp: DistributedDataParallel) -> int:
+    """Bytes of the flat copies `_broadcast` makes of the synced buffers (none without `broadcast_buffers`)."""
+    return tensor_bytes(_synced_buffers(ddp)) if ddp.broadcast_buffers else 0
 
 
 def _synced_buffers(ddp: DistributedDataParallel) -> list[torch.Tensor]:

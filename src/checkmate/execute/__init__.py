@@ -4,8 +4,8 @@
 generated for that schedule (`checkmate.execute.codegen`) and kept with the Program.
 """
 
-from checkmate.execute.interpreter import Program, StepOutputs, prepare, run_schedule
 from checkmate.execute.memory import PeakMeter, eager_peak, measure_peak, step_baseline, storage_bytes
+from checkmate.execute.program import Program, StepOutputs, prepare, run_schedule
 
 __all__ = [
     "PeakMeter",

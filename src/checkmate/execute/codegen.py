@@ -25,7 +25,7 @@ environment dict and the per-step bookkeeping: a few microseconds per step, most
 eager PyTorch.
 
 The memory model (`checkmate.simulate`) is kept exactly: a local holds a value from its computation to the `del`
-where the interpreter of the plan would drop it, and nothing else refers to it.
+where the schedule drops it, and nothing else refers to it.
 
 * Inside a node, a member that is not exported dies right after its last use (`Operation.release`).
 * A node's exported values form one live copy; a `Free` drops the oldest copy of that node. When the schedule

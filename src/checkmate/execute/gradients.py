@@ -1,8 +1,9 @@
 """Where a step's parameter gradients go: into `.grad`, added exactly as eager autograd's AccumulateGrad adds them.
 
-The interpreter calls a sink as `sink(parameter_index, gradient)` the moment the schedule computes that gradient,
-and the compiled step calls `sink.finish()` once the schedule has run. `GradientAccumulator` is the sink of a
-single-process step; `checkmate.data_parallel` wraps it to all-reduce the gradients across ranks as DDP does.
+A schedule's step function (`checkmate.execute.program`) calls a sink as `sink(parameter_index, gradient)` the
+moment the schedule computes that gradient, and the compiled step calls `sink.finish()` once the schedule has run.
+`GradientAccumulator` is the sink of a single-process step; `checkmate.data_parallel` wraps it to all-reduce the
+gradients across ranks as DDP does.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from checkmate.captured import Captured
-from checkmate.execute.interpreter import Program
+from checkmate.execute.program import Program
 from checkmate.inductor.kernels import NodeKernel, compile_kernels
 from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph

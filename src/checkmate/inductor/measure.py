@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from checkmate.captured import Captured
-from checkmate.execute.interpreter import fetch_attribute
 from checkmate.execute.memory import measure_peak, synchronize
+from checkmate.execute.program import fetch_attribute
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.torch_capture.json_cache import merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key

@@ -15,7 +15,7 @@ import torch.fx
 
 from checkmate.captured import Captured
 from checkmate.execute.codegen import NodeProgram, Operation, Reference
-from checkmate.execute.interpreter import Program, prepare
+from checkmate.execute.program import Program, prepare
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.inductor.segments import fused_steps
 from checkmate.torch_capture.strides import traced_stride

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,10 +19,11 @@ from torch import nn
 
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
-from checkmate.execute.interpreter import Program, prepare
+from checkmate.execute.program import Program, prepare
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
 from checkmate.torch_capture.trace import LossFunction, flatten_batch
+from checkmate.training.capture_options import CaptureOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,27 +36,32 @@ def check_executor(executor: str) -> None:
         raise InvalidArgument(f"executor must be one of {EXECUTORS}, got {executor!r}")
 
 
-def capture_options(executor: str, cost_model: str) -> dict[str, Any]:
+def capture_options(executor: str, cost_model: str, *, max_nodes: int | None, gradient_memory: str) -> CaptureOptions:
     """Capture options for `executor`: the Inductor executor groups fused ops, and prices them itself when profiled
     (so capture only counts FLOPs instead of timing ATen ops that will not run)."""
     if executor == "inductor":
-        return {"fused": True, "cost_model": "flops" if cost_model == "profile" else cost_model}
-    return {"cost_model": cost_model}
+        captured_cost_model = "flops" if cost_model == "profile" else cost_model
+        return CaptureOptions(captured_cost_model, max_nodes, gradient_memory=gradient_memory, fused=True)
+    return CaptureOptions(cost_model, max_nodes, gradient_memory=gradient_memory)
 
 
 @dataclass(frozen=True)
 class CaptureChoice:
-    """One way to capture the step: the layout it traces and the capture options it adds.
+    """One way to capture the step: the layout it traces and whether its backward is the leaner one.
 
     Attributes:
         channels_last: trace a convolutional model's batch converted to channels-last (`traced_loss`).
-        options: added to the executor's capture options.
+        lean_backward: capture with `CaptureOptions.lean_backward`.
         description: what it is, for the log.
     """
 
     channels_last: bool
-    options: dict[str, Any]
+    lean_backward: bool
     description: str
+
+    def options(self, executor_options: CaptureOptions) -> CaptureOptions:
+        """The executor's capture options as this choice captures."""
+        return dataclasses.replace(executor_options, lean_backward=self.lean_backward)
 
 
 def capture_choices(executor: str, channels_last: bool | None, model: nn.Module) -> tuple[CaptureChoice, ...]:
@@ -70,10 +77,9 @@ def capture_choices(executor: str, channels_last: bool | None, model: nn.Module)
         layouts = [True, False] if executor == "inductor" and has_convolutions(model) else [False]
     else:
         layouts = [channels_last]
-    choices = [CaptureChoice(layout, {}, "channels-last" if layout else "the model's layout") for layout in layouts]
+    choices = [CaptureChoice(layout, False, "channels-last" if layout else "the model's layout") for layout in layouts]
     if executor == "inductor":
-        lean = {"lean_backward": True}
-        choices.append(CaptureChoice(layouts[-1], lean, "ReLU and max-pool backward reading masks and shapes"))
+        choices.append(CaptureChoice(layouts[-1], True, "ReLU and max-pool backward reading masks and shapes"))
     return tuple(choices)
 
 

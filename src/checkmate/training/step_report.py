@@ -19,12 +19,12 @@ class StepReport:
     Attributes:
         method: the strategy that made the plan.
         status: "optimal" when a solver proved it, else "feasible".
-        cost_model: how ops were priced ("profile", "flops" or "unit"); the overhead is in these units.
+        cost_model: how ops were priced ("profile", "flops" or "unit"); the plan's extra compute is in these units.
         nodes: planning nodes in the graph.
         no_remat_peak: bytes at the peak with no recomputation (the checkpoint_all plan).
         budget: the budget in bytes.
         planned_peak: the plan's simulated peak in bytes.
-        planned_overhead: extra compute of the plan over no recomputation, as a fraction (0.1 = 10 %).
+        planned_extra_compute: extra compute of the plan over no recomputation, as a fraction (0.1 = 10 %).
         measured_peak: live tensor bytes at the peak of the first measured call, or None before one.
         measured_time: seconds of the last call that was timed (calls measuring CPU memory are not), or None.
     """
@@ -36,7 +36,7 @@ class StepReport:
     no_remat_peak: int
     budget: int
     planned_peak: int
-    planned_overhead: float
+    planned_extra_compute: float
     measured_peak: int | None
     measured_time: float | None
 
@@ -49,7 +49,7 @@ class StepReport:
             ("budget", f"{format_bytes(self.budget)} ({self.budget / max(self.no_remat_peak, 1):.0%} of no-remat)"),
             ("planned peak", format_bytes(self.planned_peak)),
             ("measured peak", measured_peak),
-            ("planned overhead", f"{self.planned_overhead:+.1%} compute"),
+            ("planned extra compute", f"{self.planned_extra_compute:+.1%}"),
             ("step time", measured_time),
         ]
         return "\n".join(f"{label:<{LABEL_WIDTH}}  {value}" for label, value in rows)

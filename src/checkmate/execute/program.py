@@ -1,4 +1,4 @@
-"""Run a lowered Schedule over a Captured training step, as one generated Python function per schedule.
+"""A Captured training step as a Program to run, and running a lowered Schedule over it as one generated function.
 
 `prepare(captured)` turns the joint fx graph into one small program per graph node: its member fx nodes, where
 each argument comes from, and when each non-exported value dies. `run_schedule` then runs the schedule's steps:

@@ -1,0 +1,142 @@
+"""`checkmate.compile`: capture a training step, plan it within a memory budget, and run it as planned.
+
+    step = checkmate.compile(model, loss_fn, batch, budget=0.5, method="optimal", time_limit=60)
+    loss = step(*batch)          # forward + backward by the plan; .grad filled as loss.backward() would
+    optimizer.step(); optimizer.zero_grad()
+    print(step.report())
+
+This module checks the arguments, plans the step (`checkmate.training.planning`) and returns the step that runs the
+plan: a single-process `checkmate.training.compiled.CompiledStep`, or for a DistributedDataParallel model a
+`checkmate.data_parallel.DataParallelStep`, which adds DDP's gradient all-reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from checkmate.data_parallel import compile_data_parallel
+from checkmate.errors import InvalidArgument
+from checkmate.solve import check_solve_options
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training.compiled import MEASURE_CHOICES, CompiledStep
+from checkmate.training.executors import capture_options, check_executor
+from checkmate.training.planning import Settings, plan_step, signature_of
+
+DEFAULT_TIME_LIMIT = 120.0
+TIMED_METHODS = ("optimal", "approx")
+# `optimal` stops once its plan is proven within this fraction of its lower bound. Searching on rarely pays: on a
+# Hugging Face ResNet-50 (batch 32, 128x128, budget 0.6) the starting plan was 0.78 % above the bound 3 s into the
+# solve, and the other 117 s of the default limit found nothing better (issue 19).
+DEFAULT_GAP = 0.01
+
+
+def compile(
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    *,
+    budget: int | float | str,
+    method: str = "optimal",
+    cost_model: str = "profile",
+    max_nodes: int | None = None,
+    cache: bool = True,
+    replan: bool = True,
+    measure_memory: str = "first",
+    gradient_memory: str = "whole_step",
+    executor: str = "eager",
+    channels_last: bool | None = None,
+    planning_time_limit: float | None = None,
+    **solve_options: Any,
+) -> CompiledStep:
+    """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
+
+    Args:
+        model: the module to train, on the device it will run on; or a DistributedDataParallel wrapping it, whose
+            gradients the step then all-reduces as DDP does (`checkmate.data_parallel`; every rank must call).
+        loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
+        batch: an example batch (a tuple of tensors, possibly nested); its shapes and dtypes are planned for.
+        budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the
+            peak with no recomputation (the `checkpoint_all` plan). Fixed memory (parameters, gradients,
+            buffers, batch) is included.
+        method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
+        cost_model: how capture prices ops: "profile", "flops" or "unit".
+        max_nodes: let capture merge cheap neighbouring nodes until at most this many remain (faster solves).
+        cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
+        replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
+        measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
+            "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
+        gradient_memory: "whole_step" plans for gradients held all through the step (`.grad`s kept from earlier
+            steps, gradient accumulation); "when_made" counts each gradient from the op that makes it, which lowers
+            the forward pass's peak by the gradients' bytes, and needs every `.grad` to be None when the step is
+            called (`optimizer.zero_grad()`, whose default sets them to None), else the call raises ExecutionError.
+        executor: "eager" runs each node's ATen ops (gradients bit for bit eager's); "inductor" runs each planning
+            node as one Inductor-compiled function, capture grouping ops as Inductor fuses them and the plan priced
+            by the compiled functions as measured, and runs of the schedule as one function each where they measure
+            within the plan (`checkmate.inductor`; gradients equal eager's to rounding).
+        channels_last: trace a model with 2-D convolutions with its 4-D batch converted to channels-last inside the
+            step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
+            CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
+            `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away). None (the
+            default) is False for the eager executor; the Inductor one plans channels-last first and its own layout
+            next when the first plan does not fit or recomputes, and runs the plan of least predicted cost
+            (`checkmate.training.planning.plan_step`).
+        planning_time_limit: seconds for all the planning of a batch shape: capture, profiling and every solve (the
+            Inductor executor may plan several captures). Each solve gets what is left of it, or its own
+            `time_limit` if that is less. Capture and profiling cannot be interrupted: when they take all of it, the
+            solve gets no time, and `compile` raises InfeasibleBudget unless its first baselines fit. None (the
+            default): no limit beyond each solve's `time_limit`.
+        **solve_options: options of the method, such as `time_limit=60`. `time_limit` bounds the search only:
+            capture, profiling (a first capture of a large model profiles every op, which can take minutes on CPU)
+            and generating the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and
+            "approx" the time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang, and
+            "optimal" stops once its plan is proven within DEFAULT_GAP (1 %) of its lower bound (`mip_gap`; pass
+            `mip_gap=1e-4` to search on). The plan is the best found, and `step.plan.status` says whether it was
+            proven optimal within that gap (`step.plan.gap`).
+
+    Returns:
+        A CompiledStep; call it with a batch.
+
+    Raises:
+        CaptureError: the model cannot be captured.
+        DataParallelError: a DistributedDataParallel uses a setting the step does not reproduce.
+        InfeasibleBudget: no plan of `method` fits the budget; the error names the smallest it could meet.
+
+    Example:
+        >>> step = checkmate.compile(model, loss_fn, (x, y), budget=0.5, time_limit=30)
+        >>> loss = step(x, y)
+    """
+    if measure_memory not in MEASURE_CHOICES:
+        raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
+    check_executor(executor)
+    check_solve_options(method, solve_options)
+    if method in TIMED_METHODS:
+        solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
+    if method == "optimal":
+        solve_options.setdefault("mip_gap", DEFAULT_GAP)
+    if planning_time_limit is not None and planning_time_limit < 0:
+        raise InvalidArgument(f"planning_time_limit must be at least 0 seconds, got {planning_time_limit}")
+    settings = Settings(
+        budget=budget,
+        method=method,
+        solve_options=dict(solve_options),
+        capture=capture_options(executor, cost_model, max_nodes=max_nodes, gradient_memory=gradient_memory),
+        cache=cache,
+        replan=replan,
+        measure_memory=measure_memory,
+        executor=executor,
+        cost_model=cost_model,
+        channels_last=channels_last,
+        planning_time_limit=planning_time_limit,
+    )
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        if executor != "eager":
+            raise InvalidArgument(
+                f"executor={executor!r} with DistributedDataParallel is not supported yet: use executor='eager' (the "
+                "default) for a data-parallel step"
+            )
+        return compile_data_parallel(model, loss_fn, batch, settings)
+    compiled = plan_step(model, loss_fn, batch, settings)
+    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled})

@@ -1,0 +1,203 @@
+"""Planning a compiled step: capture the step for a batch, resolve the budget, and solve (from the disk cache when
+possible), for each capture the executor offers; the plan of least predicted cost is kept.
+
+`plan_step` is what `checkmate.compile` and a step that meets a new batch shape call; the single-process step
+(`checkmate.training.compiled`) and the data-parallel one (`checkmate.data_parallel`) both run what it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from checkmate.captured import Captured
+from checkmate.errors import InfeasibleBudget
+from checkmate.execute.program import Program
+from checkmate.plan import Plan
+from checkmate.simulate import Schedule, lower
+from checkmate.solve import solve
+from checkmate.strategies.registry import option_names
+from checkmate.torch_capture import capture
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training import plan_cache
+from checkmate.training.capture_options import CaptureOptions
+from checkmate.training.executors import CaptureChoice, capture_choices, prepare_executor, traced_loss
+from checkmate.units import format_bytes, resolve_budget
+
+log = logging.getLogger(__name__)
+
+BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a CompiledStep plans and runs: the budget as given, the method and its options, the capture options, and
+    what `checkmate.compile` says about caching, new batch shapes, measuring, the executor and the layout."""
+
+    budget: int | float | str
+    method: str
+    solve_options: dict[str, Any]
+    capture: CaptureOptions
+    cache: bool
+    replan: bool
+    measure_memory: str
+    executor: str = "eager"
+    cost_model: str = "profile"
+    channels_last: bool | None = None
+    planning_time_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A step planned for one batch signature.
+
+    The slots are (owning module, attribute name) of each parameter and buffer in placeholder order: each call
+    reads the tensor currently there, so a parameter replaced by assignment is seen, without walking the model.
+    """
+
+    captured: Captured
+    program: Program
+    plan: Plan
+    schedule: Schedule
+    no_remat: Plan
+    parameter_slots: tuple[tuple[nn.Module, str], ...]
+    buffer_slots: tuple[tuple[nn.Module, str], ...]
+
+
+def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
+    """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible).
+
+    The executor's captures (`capture_choices`) are planned in order, fastest without recomputation first. A plan
+    that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
+    budget with less recomputation), and the plan of least predicted cost is kept. The budget in bytes is resolved
+    once, against the first capture's peak without recomputation. When no capture fits, the error names the
+    smallest budget any of them could meet."""
+    budget: int | None = None
+    best: Compiled | None = None
+    refusals: list[InfeasibleBudget] = []
+    started = time.perf_counter()
+    for choice in capture_choices(settings.executor, settings.channels_last, model):
+        try:
+            planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started)
+        except InfeasibleBudget as refusal:
+            log.info("%s: %s", choice.description, refusal)
+            budget = refusal.budget
+            refusals.append(refusal)
+            continue
+        if budget is None:
+            budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
+        log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
+        if best is None or planned.plan.cost < best.plan.cost:
+            best = planned
+        if not planned.plan.recomputes:
+            break
+    if best is None:
+        raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+    best.program.step_function(best.schedule)  # generated now: the Inductor executor compiles its fused runs here
+    return best
+
+
+def _plan_capture(
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    choice: CaptureChoice,
+    budget: int | None,
+    started: float,
+) -> Compiled:
+    """Plan one capture of the step within `budget` bytes (None: the settings' budget, resolved against this
+    capture's peak without recomputation); `started` is when the planning began (`planning_time_limit`)."""
+    options = choice.options(settings.capture)
+    captured, program = prepare_executor(
+        settings.executor,
+        capture(
+            model,
+            traced_loss(choice.channels_last, model, loss_fn),
+            batch,
+            cost_model=options.cost_model,
+            max_nodes=options.max_nodes,
+            optimizer_state_bytes=options.optimizer_state_bytes,
+            gradient_memory=options.gradient_memory,
+            fused=options.fused,
+            lean_backward=options.lean_backward,
+        ),
+        model,
+        batch,
+        settings.cost_model,
+    )
+    no_remat = solve(captured.graph, None, method="checkpoint_all")
+    if budget is None:
+        budget = resolve_budget(settings.budget, no_remat.peak_memory)
+    log.info(
+        "planning %d nodes: no-remat peak %s, budget %s, method %s",
+        captured.graph.size,
+        format_bytes(no_remat.peak_memory),
+        format_bytes(budget),
+        settings.method,
+    )
+    plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+    return Compiled(
+        captured,
+        program,
+        plan,
+        lower(captured.graph, plan.R, plan.S),
+        no_remat,
+        parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
+        buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),
+    )
+
+
+def _slot(model: nn.Module, qualified_name: str) -> tuple[nn.Module, str]:
+    owner, _, name = qualified_name.rpartition(".")
+    return model.get_submodule(owner), name
+
+
+def _solve_options(settings: Settings, started: float) -> dict[str, Any]:
+    """The method's options for a solve starting now: its `time_limit` cut to what is left of the planning time."""
+    if settings.planning_time_limit is None or "time_limit" not in (option_names(settings.method) or ()):
+        return settings.solve_options
+    left = max(0.0, settings.planning_time_limit - (time.perf_counter() - started))
+    asked = settings.solve_options.get("time_limit")
+    log.info("planning time left for the solve: %.1f s", left)
+    return {**settings.solve_options, "time_limit": left if asked is None else min(asked, left)}
+
+
+def _cached_solve(captured: Captured, budget: int, settings: Settings, options: dict[str, Any]) -> Plan:
+    key = plan_cache.plan_key(
+        captured.graph,
+        budget=budget,
+        method=settings.method,
+        options=options,
+        cost_model=captured.cost_model,
+        device=captured.device,
+    )
+
+    def solved() -> Plan:
+        return solve(captured.graph, budget, method=settings.method, **options)
+
+    if not settings.cache:
+        return solved()
+    return plan_cache.cached_solve(key, captured.graph, cost_model=captured.cost_model, options=options, solve=solved)
+
+
+def batch_signature(leaves: list[Any], spec: Any) -> BatchSignature:
+    """What a plan is kept by: the batch's pytree spec (`spec`, from flattening the batch into `leaves`) and each
+    leaf's shape and dtype."""
+    shapes = tuple(
+        (tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) if isinstance(leaf, torch.Tensor) else ((), "?")
+        for leaf in leaves
+    )
+    return (spec, shapes)
+
+
+def signature_of(batch: Sequence[Any]) -> BatchSignature:
+    """The batch signature of `batch` (a tuple of tensors, possibly nested)."""
+    return batch_signature(*pytree.tree_flatten(tuple(batch)))
