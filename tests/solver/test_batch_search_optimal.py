@@ -27,13 +27,13 @@ def small_at(batch_size: int) -> Graph:
 @pytest.mark.slow
 def test_optimal_batch_size_matches_brute_force_with_and_without_a_cap() -> None:
     uncapped = brute_force(MEMORY, "optimal", graph_at=small_at)
-    capped = brute_force(MEMORY, "optimal", max_overhead=0.5, graph_at=small_at)
+    capped = brute_force(MEMORY, "optimal", max_extra_forward_passes=0.5, graph_at=small_at)
     assert capped < uncapped, "the cap binds"
     for cap, expected in ((None, uncapped), (0.5, capped)):
-        result = search_max_batch(small_at, MEMORY, method="optimal", max_overhead=cap)
+        result = search_max_batch(small_at, MEMORY, method="optimal", max_extra_forward_passes=cap)
         assert result.batch_size == expected
         assert result.plan.peak_memory <= MEMORY and result.extra_forward_passes <= (cap or 1.0)
-        assert result.overhead == pytest.approx(result.plan.cost / solve(small_at(expected), None).cost)
+        assert result.compute_ratio == pytest.approx(result.plan.cost / solve(small_at(expected), None).cost)
     greedy = brute_force(MEMORY, "chen_greedy", graph_at=small_at)
     assert uncapped >= greedy, "optimal plans at least every size a baseline plans"
 

@@ -24,9 +24,9 @@ def test_a_chain_sweep_has_the_known_costs() -> None:
     assert [cost["chen_sqrtn", budget] for budget in range(3, 9)] == [None, None, 16.0, 16.0, 16.0, 16.0]
     everything = [row for row in rows if row.method == "checkpoint_all"]
     assert [row.cost for row in everything] == [None] * 5 + [13.0]  # 2n + 1 unit nodes, at its peak n + 2 = 8
-    assert (everything[-1].peak_memory, everything[-1].overhead, everything[-1].status) == (8, 1.0, "feasible")
+    assert (everything[-1].peak_memory, everything[-1].compute_ratio, everything[-1].status) == (8, 1.0, "feasible")
     assert all(row.status == "optimal" and row.gap < 1e-9 for row in rows if row.method == "optimal")
-    assert all(row.overhead == row.cost / 13.0 for row in rows if row.cost is not None)
+    assert all(row.compute_ratio == row.cost / 13.0 for row in rows if row.cost is not None)
 
 
 def test_optimal_is_at_or_below_every_method_at_every_budget() -> None:
@@ -53,7 +53,7 @@ def test_ray_gives_the_numbers_local_processes_give(tmp_path: Path, capsys: pyte
     assert "12 solves on Ray (local)" in capsys.readouterr().out
     local, remote = (json.loads((tmp_path / name).read_text()) for name in ("local.json", "ray.json"))
     # Equal-cost optima may differ in peak, so optimal's rows are compared by status and cost (proven optimal).
-    keys = ("model", "method", "budget", "status", "cost", "overhead")
+    keys = ("model", "method", "budget", "status", "cost", "compute_ratio")
     assert [{key: row[key] for key in keys} for row in remote] == [{key: row[key] for key in keys} for row in local]
 
     def baselines(rows: list[dict[str, object]]) -> list[dict[str, object]]:

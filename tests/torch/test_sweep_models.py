@@ -16,7 +16,8 @@ def test_sweep_captures_a_zoo_model_at_the_batch_size_given(tmp_path: Path, caps
     assert main(["sweep", "zoo:mlp", "--batch-size", "4", *common, "--out", str(out)]) == 0
     rows = rows_from_json(out.read_text())
     assert {row.model for row in rows} == {"mlp_b4"} and len(rows) == 4
-    assert rows[-1].method == "chen_greedy" and rows[-1].overhead == 1.0  # at the no-remat peak nothing is recomputed
+    # At the no-remat peak nothing is recomputed.
+    assert rows[-1].method == "chen_greedy" and rows[-1].compute_ratio == 1.0
     assert main(["sweep", "zoo:mlp", "checkmate.zoo:mlp", *common]) == 2  # the same name twice
     assert "two targets are named 'mlp_b8'" in capsys.readouterr().err
 

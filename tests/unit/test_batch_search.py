@@ -1,11 +1,12 @@
 """The batch-size search of `checkmate.experiments.batch_search` on synthetic graphs whose memory grows with the
-batch size.
+batch size, and its check on graphs that need more (as a real step's kernel scratch adds to a fake-tensor graph's).
 
 Oracle: solve every size from 1 up and take the last size before the first that fails (brute force).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -16,7 +17,7 @@ import pytest
 from checkmate import Graph, InfeasibleBudget, Node, solve
 from checkmate.bounds import activation_floor
 from checkmate.examples import random_training_graph
-from checkmate.experiments.batch_search import search_max_batch
+from checkmate.experiments.batch_search import Planned, check_max_batch, search_max_batch
 from checkmate.progress import Progress
 
 BASE = random_training_graph(10, seed=4, skip_probability=0.4)
@@ -33,25 +34,27 @@ def scaled(batch_size: int, base: Graph = BASE) -> Graph:
     return Graph(nodes, fixed_memory=PARAMETERS)
 
 
-def fits(graph: Graph, memory: int, method: str, max_overhead: float | None) -> bool:
+def fits(graph: Graph, memory: int, method: str, max_extra_forward_passes: float | None) -> bool:
     try:
         plan = solve(graph, memory, method=method)
     except InfeasibleBudget:
         return False
     no_remat = solve(graph, None).cost
     forward = graph.costs[~graph.is_backward].sum()
-    return max_overhead is None or plan.cost - no_remat <= max_overhead * forward + 1e-9
+    return max_extra_forward_passes is None or plan.cost - no_remat <= max_extra_forward_passes * forward + 1e-9
 
 
 def brute_force(
-    memory: int, method: str, max_overhead: float | None = None, graph_at: Callable[[int], Graph] = scaled
+    memory: int, method: str, max_extra_forward_passes: float | None = None, graph_at: Callable[[int], Graph] = scaled
 ) -> int:
     """The last size before the first that fails; also checks that no size up to twice that fits (the search's
     premise, over the sizes it may try)."""
     size = 1
-    while fits(graph_at(size), memory, method, max_overhead):
+    while fits(graph_at(size), memory, method, max_extra_forward_passes):
         size += 1
-    assert not any(fits(graph_at(larger), memory, method, max_overhead) for larger in range(size, 2 * size + 2))
+    assert not any(
+        fits(graph_at(larger), memory, method, max_extra_forward_passes) for larger in range(size, 2 * size + 2)
+    )
     return size - 1
 
 
@@ -76,22 +79,23 @@ def test_search_finds_the_brute_force_answer(method: str, memory: int) -> None:
 )
 def test_the_overhead_cap_counts_forward_passes(method: str, cap: float) -> None:
     memory = 2_500
-    expected = brute_force(memory, method, max_overhead=cap)
+    expected = brute_force(memory, method, max_extra_forward_passes=cap)
     if method.startswith("chen_greedy"):
         assert expected < brute_force(memory, method), "the cap binds"
-    result = search_max_batch(scaled, memory, method=method, max_overhead=cap)
+    result = search_max_batch(scaled, memory, method=method, max_extra_forward_passes=cap)
     assert result.batch_size == expected
     assert result.extra_forward_passes <= cap + 1e-9
-    assert result.overhead == pytest.approx(result.plan.cost / solve(scaled(expected), None).cost)
+    assert result.compute_ratio == pytest.approx(result.plan.cost / solve(scaled(expected), None).cost)
 
 
-def test_a_start_above_the_answer_halves_down_to_the_same_answer() -> None:
+def test_a_start_above_the_answer_steps_down_by_the_memory_it_needed() -> None:
     expected = brute_force(2_500, "chen_greedy")
-    result = search_max_batch(scaled, "2500", method="chen_greedy", start=4 * expected + 3)
+    start = 4 * expected + 3
+    result = search_max_batch(scaled, "2500", method="chen_greedy", start=start)
     assert result.batch_size == expected
     first, second = result.attempts[:2]
-    assert (first.batch_size, first.fits) == (4 * expected + 3, False)
-    assert (second.batch_size, second.fits) == (2 * expected + 1, False)
+    assert (first.batch_size, first.fits) == (start, False)
+    assert second.batch_size == start * 2_500 // activation_floor(scaled(start)), "memory proportional to the batch"
 
 
 def test_tolerance_stops_early_on_a_size_that_fits() -> None:
@@ -148,10 +152,58 @@ def test_progress_reports_each_size() -> None:
         ({"method": "nonsense"}, "unknown method"),
         ({"start": 0}, "start must lie"),
         ({"start": 5, "limit": 4}, "start must lie"),
-        ({"max_overhead": -1.0}, "forward passes"),
+        ({"max_extra_forward_passes": -1.0}, "must be >= 0"),
         ({"tolerance": -0.1}, "fraction"),
     ],
 )
 def test_bad_arguments_are_refused(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         search_max_batch(scaled, 1_000, **options)  # type: ignore[arg-type]
+
+
+@functools.cache
+def with_scratch(batch_size: int) -> Graph:
+    """`scaled(batch_size)` with scratch in each backward node's workspace, growing with the batch size as a
+    convolution's backward does: what the check's graphs count and the search's do not."""
+    graph = scaled(batch_size)
+    nodes = tuple(
+        dataclasses.replace(node, workspace=node.workspace + 3 * batch_size) if node.backward else node
+        for node in graph.nodes
+    )
+    return Graph(nodes, fixed_memory=graph.fixed_memory)
+
+
+def planned_with_scratch(method: str, memory: int) -> Callable[[int], Planned]:
+    def plan_at(batch_size: int) -> Planned:
+        return Planned(with_scratch(batch_size), solve(with_scratch(batch_size), memory, method=method))
+
+    return plan_at
+
+
+@pytest.mark.parametrize("method", ["checkpoint_all", "chen_greedy"])
+def test_the_check_steps_down_to_the_largest_size_that_fits_with_scratch(method: str) -> None:
+    memory = 2_500
+    found = search_max_batch(scaled, memory, method=method)
+    expected = brute_force(memory, method, graph_at=with_scratch)
+    assert expected < found.batch_size, "the scratch lowers the answer"
+    options = {"method": method, "time_limit": 5}
+    checked = check_max_batch(found, planned_with_scratch(method, memory), options)
+    assert checked.batch_size == expected and checked.compile_options == options
+    assert checked.plan.peak_memory <= memory and checked.graph_size == BASE.size
+    assert checked.attempts[: len(found.attempts)] == found.attempts and not any(a.checked for a in found.attempts)
+    tried = {attempt.batch_size: attempt.fits for attempt in checked.attempts[len(found.attempts) :]}
+    assert tried[found.batch_size] is False and tried[expected] and not tried[expected + 1]
+    assert len(tried) <= 5, "the step down follows the memory each size needed"
+    assert found.compile_options is None, "the search alone is unchecked"
+
+
+def test_the_check_keeps_an_answer_that_holds() -> None:
+    found = search_max_batch(scaled, 2_500, method="chen_greedy")
+    checked = check_max_batch(found, planned_with_scratch("chen_greedy", 10**6), {"method": "chen_greedy"})
+    assert checked.batch_size == found.batch_size and [a.checked for a in checked.attempts].count(True) == 1
+
+
+def test_a_check_that_fits_nothing_says_so() -> None:
+    found = search_max_batch(scaled, 2_500, method="checkpoint_all")
+    with pytest.raises(InfeasibleBudget, match="not even batch size 1"):
+        check_max_batch(found, planned_with_scratch("checkpoint_all", 100), {"method": "checkpoint_all"})

@@ -31,7 +31,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return status, captured.out, captured.err
 
 
-def test_solve_prints_cost_peak_and_overhead_and_writes_the_plan(
+def test_solve_prints_cost_peak_and_compute_ratio_and_writes_the_plan(
     chain_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan.json"
@@ -42,7 +42,7 @@ def test_solve_prints_cost_peak_and_overhead_and_writes_the_plan(
     plan = Plan.from_json(out.read_text(), Graph.from_json(chain_file.read_text()))
     assert plan.method == "chen_greedy" and plan.peak_memory <= 10 and plan.budget == 10
     # checkpoint_all costs 33 on a 16-layer chain (2 * 16 + 1 unit-cost nodes).
-    assert f"cost:     {plan.cost:.6g} (overhead {plan.cost / 33:.3f}x against checkpoint_all, cost 33)" in text
+    assert f"cost:     {plan.cost:.6g} ({plan.cost / 33:.3f}x the cost of checkpoint_all, 33)" in text
     assert f"peak:     {plan.peak_memory} B ({plan.peak_memory} bytes)" in text
 
 
@@ -140,7 +140,7 @@ def test_compare_takes_a_fraction_and_bytes_alike(chain_file: Path, capsys: pyte
         assert status == 0 and lines[0].split()[0] == "method"
         if given == "0.6":  # the bytes the fraction came to, under the table
             assert lines.pop() == f"budget: {budget} B ({budget} bytes; 0.6 of the checkpoint_all peak)"
-        # Columns: method, cost, overhead, peak (two cells: "8 B"), peak bytes, time, status.
+        # Columns: method, cost, compute ratio, peak (two cells: "8 B"), peak bytes, time, status.
         assert {line.split()[0]: int(line.split()[5]) for line in lines[1:]} == expected
 
 
@@ -182,15 +182,15 @@ def test_compare_prints_a_row_per_method(chain_file: Path, capsys: pytest.Captur
     assert [line.split()[0] for line in lines[1:]] == ["chen_sqrtn", "griewank"]
 
 
-def test_compare_rows_overhead_and_errors() -> None:
+def test_compare_rows_compute_ratio_and_errors() -> None:
     graph = linear_graph(9)
     rows = compare(graph, 7, ["checkpoint_all", "chen_sqrtn", "griewank"], options={"slots": 2, "time_limit": 1})
     by_name = {row.method: row for row in rows}
     assert by_name["checkpoint_all"].status == "error" and "needs at least 11 B" in str(by_name["checkpoint_all"].error)
-    assert by_name["chen_sqrtn"].overhead == pytest.approx(by_name["chen_sqrtn"].cost / 19)
+    assert by_name["chen_sqrtn"].compute_ratio == pytest.approx(by_name["chen_sqrtn"].cost / 19)
     assert by_name["griewank"].peak_memory is not None and by_name["griewank"].peak_memory <= 5  # slots=2 reached it
     unlimited = compare(graph, None, ["checkpoint_all"])
-    assert unlimited[0].overhead == 1.0 and unlimited[0].peak_memory == 11
+    assert unlimited[0].compute_ratio == 1.0 and unlimited[0].peak_memory == 11
     table = format_table(rows)
     assert "error: checkpoint_all needs at least" in table and "1.000x" not in table
 

@@ -32,7 +32,7 @@ def test_sweep_rows_are_within_their_budgets_and_monotone_for_greedy() -> None:
     assert costs[0] > costs[-1], "the tightest budget costs recomputation"
     everything = [row for row in rows if row.method == "checkpoint_all"]
     assert [row.status for row in everything] == ["infeasible"] * 4 + ["feasible"]
-    assert everything[-1].overhead == 1.0 and "needs at least" in str(everything[0].error)
+    assert everything[-1].compute_ratio == 1.0 and "needs at least" in str(everything[0].error)
 
 
 def test_cli_sweep_and_solve_write_plots(tmp_path, capsys) -> None:

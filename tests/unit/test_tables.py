@@ -15,7 +15,7 @@ from checkmate.experiments.tables import approximation_ratios, format_sweep, for
 def row(model: str, method: str, budget: int, cost: float | None, **fields: object) -> SweepRow:
     settings: dict[str, object] = {
         "peak_memory": None if cost is None else budget,
-        "overhead": None if cost is None else cost / 80,
+        "compute_ratio": None if cost is None else cost / 80,
         "status": "feasible" if cost is not None else "infeasible",
         "seconds": 1.0,
         "nodes": 7,

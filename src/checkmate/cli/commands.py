@@ -8,8 +8,9 @@
     checkmate table2 ROWS.json...
     checkmate capture TARGET --out GRAPH.json [--cost-model profile|flops|unit] [--max-nodes N]
                       [--gradient-memory whole_step|when_made]
-    checkmate max-batch TARGET --memory 16GiB [--methods checkpoint_all,chen_sqrtn,optimal] [--max-overhead 1.0]
-        [--time-limit S] [--factory-option KEY=VALUE]      (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
+    checkmate max-batch TARGET --memory 16GiB [--methods checkpoint_all,chen_sqrtn,optimal]
+        [--max-extra-forward-passes 1.0] [--no-check] [--time-limit S] [--factory-option KEY=VALUE]
+                                                       (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
 
 A budget (`--budget`) is read as `checkmate.compile` reads it (`units.parse_budget`): bytes (1000000), a size
 (8GiB, 512MiB), or a fraction in (0, 1] of the peak without rematerialization (0.6: 0.6 times checkpoint_all's peak).
@@ -71,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     methods_parser = commands.add_parser("methods", help="list the methods with one line each")
     methods_parser.set_defaults(command=_methods)
 
-    compare_parser = commands.add_parser("compare", help="run several methods and tabulate cost, overhead and peak")
+    compare_parser = commands.add_parser(
+        "compare", help="run several methods and tabulate cost, compute ratio and peak"
+    )
     _graph_and_budget(compare_parser)
     compare_parser.add_argument("--methods", help="comma-separated names (default: every method)")
     compare_parser.set_defaults(command=_compare)
@@ -98,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
         "--ray", metavar="ADDRESS", help="run on Ray: 'auto', HOST:PORT, ray://HOST:PORT, or 'local' (needs ray)"
     )
     sweep_parser.add_argument("--out", type=Path, help="write the rows to this JSON file (`checkmate table2` reads it)")
-    sweep_parser.add_argument("--plot", type=Path, help="write overhead against budget to this PNG (needs matplotlib)")
+    sweep_parser.add_argument(
+        "--plot", type=Path, help="write compute ratio against budget to this PNG (needs matplotlib)"
+    )
     sweep_parser.add_argument("--table2", action="store_true", help="also print the paper's Table 2 (against optimal)")
     sweep_parser.set_defaults(command=_sweep)
 
@@ -133,12 +138,21 @@ def _parser() -> argparse.ArgumentParser:
         "--methods", help="comma-separated names (default: checkpoint_all,chen_sqrtn,chen_greedy,optimal)"
     )
     max_batch_parser.add_argument(
-        "--max-overhead",
+        "--max-extra-forward-passes",
         type=float,
         help="at most this many extra forward passes of compute over no rematerialization at the same batch size "
         "(1.0: the paper's cap for its Figure 6); default no cap",
     )
-    max_batch_parser.add_argument("--cost-model", default="flops", choices=("flops", "unit"))
+    max_batch_parser.add_argument(
+        "--cost-model", default="flops", choices=("flops", "unit"), help="how the search prices ops on fake tensors"
+    )
+    max_batch_parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip compiling the real step at each answer (checkmate.compile's defaults: profiled costs and kernel "
+        "scratch); the sizes then hold only for planning on fake tensors. For memories this machine cannot hold",
+    )
     max_batch_parser.add_argument(
         "--tolerance", type=float, default=0.0, help="stop within this fraction of the batch size (default exact)"
     )
@@ -223,8 +237,8 @@ def _solve(arguments: argparse.Namespace) -> int:
     display.summarize(plan)
     reference = solve(graph, None, method=REFERENCE)
     print(f"method:   {plan.method} ({plan.status}, {plan.solve_time:.2f} s)")
-    overhead = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
-    print(f"cost:     {plan.cost:.6g} (overhead {overhead} against {REFERENCE}, cost {reference.cost:.6g})")
+    ratio = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
+    print(f"cost:     {plan.cost:.6g} ({ratio} the cost of {REFERENCE}, {reference.cost:.6g})")
     print(f"peak:     {format_bytes(plan.peak_memory)} ({plan.peak_memory} bytes)")
     if plan.budget is not None:
         print(f"budget:   {_budget_text(plan.budget, fraction)}")

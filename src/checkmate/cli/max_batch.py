@@ -1,32 +1,45 @@
 """`checkmate max-batch TARGET --memory 16GiB`: the largest batch size of a model per method (the paper's Figure 6).
 
-    checkmate max-batch zoo:mobilenet --memory 16GiB --methods checkpoint_all,chen_sqrtn,optimal --max-overhead 1.0
+    checkmate max-batch zoo:mobilenet --memory 16GiB --methods checkpoint_all,chen_sqrtn,optimal \
+        --max-extra-forward-passes 1.0
 
 TARGET is a factory `MODULE:FACTORY` (`zoo:NAME` is short for `checkmate.zoo:NAME`) called with `batch_size`, and
-`--factory-option KEY=VALUE` for its other arguments (`width=0.25`); it is captured on fake tensors at each size
-tried (`checkmate.experiments.batch_search`). Methods run in the order given, each starting its search at the
-largest batch size found so far. While one searches, a status line on stderr (a terminal only) shows the size
-being tried and the solver's phase; each method's row is printed when it finishes.
+`--factory-option KEY=VALUE` for its other arguments (`width=0.25`). Each method's size is searched on fake tensors
+(`checkmate.experiments.batch_search`), then checked by compiling the real step at that size with
+`checkmate.compile`'s defaults (profiled costs, kernel scratch), stepping down while it does not fit
+(`checkmate.experiments.model_max_batch`); `--no-check` skips the check, for memories this machine cannot hold.
+Methods run in the order given, each starting its search at the largest batch size found so far. While one searches,
+a status line on stderr (a terminal only) shows the size being tried and the solver's phase; each method's row is
+printed when it finishes.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, InfeasibleBudget
-from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
+from checkmate.experiments.batch_search import REFERENCE, GraphAt, MaxBatch, search_max_batch
 from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
 from checkmate.units import format_bytes, parse_bytes
 
 ZOO_PREFIX = "zoo:"
 DEFAULT_METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")
-HEADER = ("method", "max batch", f"vs {REFERENCE}", "overhead", "extra fwd", "peak", "sizes (solves)", "time (s)")
+HEADER = (
+    "method",
+    "max batch",
+    f"vs {REFERENCE}",
+    "compute ratio",
+    "extra fwd",
+    "peak",
+    "sizes (solves)",
+    "time (s)",
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,15 @@ class MaxBatchRow:
     method: str
     result: MaxBatch | None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """The model searched: its factory, the factory's other arguments, and its graphs on fake tensors by size."""
+
+    factory: Callable[..., Any]
+    factory_options: dict[str, Any]
+    graph_at: GraphAt
 
 
 def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
@@ -50,45 +72,65 @@ def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int
     methods = DEFAULT_METHODS if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     for method in methods:
         get_strategy(method)
-    target = arguments.target
-    spec = "checkmate.zoo:" + target.removeprefix(ZOO_PREFIX) if target.startswith(ZOO_PREFIX) else target
-    graph_at = fake_graph_at(
-        load_factory(spec), cost_model=arguments.cost_model, **key_values(arguments.factory_option, "--factory-option")
+    spec = arguments.target
+    spec = "checkmate.zoo:" + spec.removeprefix(ZOO_PREFIX) if spec.startswith(ZOO_PREFIX) else spec
+    factory = load_factory(spec)
+    factory_options = key_values(arguments.factory_option, "--factory-option")
+    target = Target(
+        factory, factory_options, fake_graph_at(factory, cost_model=arguments.cost_model, **factory_options)
     )
     cap = (
-        "no cap on overhead"
-        if arguments.max_overhead is None
-        else f"at most {arguments.max_overhead:g} extra forward passes over no rematerialization"
+        "no cap on extra compute"
+        if arguments.max_extra_forward_passes is None
+        else f"at most {arguments.max_extra_forward_passes:g} extra forward passes over no rematerialization"
     )
-    print(f"{spec} within {format_bytes(memory)} ({memory} bytes), {arguments.cost_model} costs, {cap}")
+    checked = (
+        "checked by compiling the real step (checkmate.compile's defaults)"
+        if arguments.check
+        else "on fake tensors only (no kernel scratch; a compiled step may need more)"
+    )
+    print(f"{spec} within {format_bytes(memory)} ({memory} bytes), {arguments.cost_model} costs, {cap}, {checked}")
     print(format_row(HEADER))
     rows: list[MaxBatchRow] = []
     for method in methods:
-        row = _search(graph_at, memory, method, arguments, options, start=_best(rows))
+        row = _search(target, memory, method, arguments, options, start=_best(rows))
         rows.append(row)
         print(format_row(row_cells(row, rows)), flush=True)
     print(
-        f"(overhead: cost over the step without rematerialization at that batch size; extra fwd: that extra cost in "
-        f"forward passes, what --max-overhead caps; vs {REFERENCE}: max batch over {REFERENCE}'s)"
+        "(compute ratio: the plan's cost over the cost without rematerialization at that batch size; extra fwd: that "
+        "extra cost in forward passes, what --max-extra-forward-passes caps; "
+        f"vs {REFERENCE}: max batch over {REFERENCE}'s)"
     )
     return 0
 
 
 def _search(
-    graph_at: Any, memory: int, method: str, arguments: argparse.Namespace, options: dict[str, Any], *, start: int
+    target: Target, memory: int, method: str, arguments: argparse.Namespace, options: dict[str, Any], *, start: int
 ) -> MaxBatchRow:
+    from checkmate.experiments.model_max_batch import check_by_compiling, compile_keywords
+
+    solve_options = accepted_options(method, options)
     with ProgressDisplay() as display:
         try:
             result = search_max_batch(
-                graph_at,
+                target.graph_at,
                 memory,
                 method=method,
-                max_overhead=arguments.max_overhead,
+                max_extra_forward_passes=arguments.max_extra_forward_passes,
                 start=start,
                 tolerance=arguments.tolerance,
                 progress=display,
-                **accepted_options(method, options),
+                **solve_options,
             )
+            if arguments.check:
+                result = check_by_compiling(
+                    result,
+                    target.factory,
+                    factory_options=target.factory_options,
+                    keywords=compile_keywords(method, solve_options),
+                    tolerance=arguments.tolerance,
+                    progress=display,
+                )
         except InfeasibleBudget as error:
             return MaxBatchRow(method, None, str(error))
     return MaxBatchRow(method, result)
@@ -111,7 +153,7 @@ def row_cells(row: MaxBatchRow, rows: Sequence[MaxBatchRow]) -> tuple[str, ...]:
         row.method,
         f"{result.batch_size}{limit}",
         ratio,
-        f"{result.overhead:.3f}x",
+        f"{result.compute_ratio:.3f}x",
         f"{result.extra_forward_passes:.2f}",
         format_bytes(result.plan.peak_memory),
         f"{len(result.attempts)} ({solves})",
@@ -121,5 +163,5 @@ def row_cells(row: MaxBatchRow, rows: Sequence[MaxBatchRow]) -> tuple[str, ...]:
 
 def format_row(cells: Sequence[str]) -> str:
     """Cells in fixed-width columns; the last cell runs on (an error message)."""
-    widths = (16, 10, 18, 9, 9, 11, 14)
+    widths = (16, 10, 18, 13, 9, 11, 14)
     return "  ".join(cell.ljust(width) for cell, width in zip(cells[:-1], widths, strict=False)) + "  " + cells[-1]

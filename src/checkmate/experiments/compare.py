@@ -1,4 +1,5 @@
-"""Run several strategies on one graph and budget, and tabulate cost, overhead and peak (the paper's comparison)."""
+"""Run several strategies on one graph and budget, and tabulate cost, compute ratio and peak (the paper's
+comparison)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class ComparisonRow:
         method: the strategy's name.
         cost: the plan's compute cost, or None when the method failed.
         peak_memory: the plan's peak in bytes (fixed memory included), or None when it failed.
-        overhead: cost divided by checkpoint_all's cost (the cost with no recomputation), or None.
+        compute_ratio: cost divided by checkpoint_all's cost (the cost with no recomputation), or None.
         solve_time: seconds the method took.
         status: the plan's status ("optimal" or "feasible"), or "error" when the method raised.
         error: the error's one-line message when the method failed (infeasible budget, graph it cannot handle).
@@ -36,7 +37,7 @@ class ComparisonRow:
     method: str
     cost: float | None
     peak_memory: int | None
-    overhead: float | None
+    compute_ratio: float | None
     solve_time: float
     status: str
     error: str | None = None
@@ -49,7 +50,7 @@ def compare(
     *,
     options: Mapping[str, Any] | None = None,
 ) -> list[ComparisonRow]:
-    """Solve `graph` within `budget` with each method and report cost, overhead against checkpoint_all, and peak.
+    """Solve `graph` within `budget` with each method and report cost, compute ratio to checkpoint_all, and peak.
 
     Args:
         graph: the training graph.
@@ -81,8 +82,8 @@ def _run(graph: Graph, budget: int | None, method: str, *, options: dict[str, An
     except EXPECTED_FAILURES as error:
         log.info("%s failed: %s", method, error)
         return ComparisonRow(method, None, None, None, time.perf_counter() - started, "error", str(error))
-    overhead = plan.cost / reference if reference > 0 else None
-    return ComparisonRow(method, plan.cost, plan.peak_memory, overhead, plan.solve_time, plan.status)
+    compute_ratio = plan.cost / reference if reference > 0 else None
+    return ComparisonRow(method, plan.cost, plan.peak_memory, compute_ratio, plan.solve_time, plan.status)
 
 
 def accepted_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,16 +95,16 @@ def accepted_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def format_table(rows: Sequence[ComparisonRow]) -> str:
-    """A plain-text table: method, cost, overhead, peak (human and bytes), solve time, status or error."""
-    header = ("method", "cost", "overhead", "peak", "peak bytes", "time (s)", "status")
+    """A plain-text table: method, cost, compute ratio, peak (human and bytes), solve time, status or error."""
+    header = ("method", "cost", "compute ratio", "peak", "peak bytes", "time (s)", "status")
     lines = [header]
     for row in rows:
         if row.cost is None or row.peak_memory is None:
             lines.append((row.method, "-", "-", "-", "-", f"{row.solve_time:.2f}", f"error: {row.error}"))
             continue
-        overhead = "-" if row.overhead is None else f"{row.overhead:.3f}x"
+        ratio = "-" if row.compute_ratio is None else f"{row.compute_ratio:.3f}x"
         peak = (format_bytes(row.peak_memory), str(row.peak_memory))
-        lines.append((row.method, f"{row.cost:.6g}", overhead, *peak, f"{row.solve_time:.2f}", row.status))
+        lines.append((row.method, f"{row.cost:.6g}", ratio, *peak, f"{row.solve_time:.2f}", row.status))
     widths = [max(len(line[column]) for line in lines) for column in range(len(header) - 1)]
     rendered = [
         "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True)) + "  " + line[-1]

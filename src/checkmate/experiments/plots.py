@@ -1,4 +1,4 @@
-"""Pictures of plans: overhead against budget for every method, memory in use over a schedule, and R / S.
+"""Pictures of plans: compute ratio against budget for every method, memory in use over a schedule, and R / S.
 
 matplotlib is imported inside each function, so the rest of the package works without it
 (`pip install checkmate-remat[plot]`).
@@ -39,7 +39,7 @@ def _unit(largest: float) -> tuple[float, str]:
 
 
 def plot_sweep(rows: Sequence[SweepRow], path: str | Path, *, title: str = "") -> Path:
-    """Overhead (cost / checkpoint_all cost) against budget, one line per method and one panel per model (the
+    """The compute ratio (cost / checkpoint_all's cost) against budget, one line per method and one panel per model (the
     paper's Figure 5); budgets where a method has no plan are gaps, and a method with no plan at all is left out."""
     pyplot = _pyplot()
     models = list(dict.fromkeys(row.model for row in rows))
@@ -49,18 +49,18 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, *, title: str = "") -
         scale, unit = _unit(max(row.budget for row in mine))
         for method in dict.fromkeys(row.method for row in mine):
             theirs = [row for row in mine if row.method == method]
-            if all(row.overhead is None for row in theirs):
+            if all(row.compute_ratio is None for row in theirs):
                 continue
             budgets = [row.budget / scale for row in theirs]
-            overheads = [np.nan if row.overhead is None else row.overhead for row in theirs]
+            ratios = [np.nan if row.compute_ratio is None else row.compute_ratio for row in theirs]
             style = {"linewidth": 2.5, "color": "black"} if method == "optimal" else {"linewidth": 1.2}
-            axes.plot(budgets, overheads, marker="o", markersize=3, label=method, **style)
+            axes.plot(budgets, ratios, marker="o", markersize=3, label=method, **style)
         axes.set_xlabel(f"memory budget ({unit}, fixed memory included)")
-        axes.set_ylabel("compute overhead (× checkpoint_all)")
+        axes.set_ylabel("compute ratio (cost / checkpoint_all's)")
         axes.set_title(model)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
-    figure.suptitle(title or "Overhead against memory budget")
+    figure.suptitle(title or "Compute ratio against memory budget")
     return _save(figure, pyplot, path)
 
 

@@ -1,4 +1,4 @@
-"""Budget sweeps: every method at a range of budgets, the paper's overhead-against-memory comparison (its Figure 5).
+"""Budget sweeps: every method at a range of budgets, the paper's compute-against-memory comparison (its Figure 5).
 
 A sweep is a list of independent solves, `SweepTask`s (one graph, budget and method each), each turned into a
 `SweepRow` by `solve_task`; a `checkmate.experiments.parallel` runner decides where they run (this process by
@@ -48,7 +48,7 @@ class SweepRow:
         budget: the budget in bytes, fixed memory included.
         cost: the plan's compute cost, or None without a plan.
         peak_memory: the plan's peak in bytes (fixed memory included), or None without a plan.
-        overhead: cost divided by checkpoint_all's cost (no recomputation), or None.
+        compute_ratio: cost divided by checkpoint_all's cost (no recomputation), or None.
         status: the plan's ("optimal": proven; "feasible"), "infeasible" (the method has no plan within the budget;
             for a search, none found in its time) or "error" (the method cannot handle the graph).
         seconds: wall-clock seconds of the solve, where it ran.
@@ -65,7 +65,7 @@ class SweepRow:
     budget: int
     cost: float | None
     peak_memory: int | None
-    overhead: float | None
+    compute_ratio: float | None
     status: str
     seconds: float
     lower_bound: float | None = None
@@ -85,7 +85,7 @@ class SweepTask:
         budget: bytes, fixed memory included.
         method: a registered method.
         options: the options this method takes (time_limit, backend, ...); no callbacks.
-        reference_cost: checkpoint_all's cost on the graph, the denominator of the overhead.
+        reference_cost: checkpoint_all's cost on the graph, the denominator of the compute ratio.
         variables: the MILP size its row carries.
     """
 
@@ -112,7 +112,7 @@ def solve_task(task: SweepTask) -> SweepRow:
             task.budget,
             cost=None,
             peak_memory=None,
-            overhead=None,
+            compute_ratio=None,
             status=INFEASIBLE if isinstance(error, InfeasibleBudget) else ERROR,
             seconds=time.perf_counter() - started,
             error=str(error),
@@ -125,7 +125,7 @@ def solve_task(task: SweepTask) -> SweepRow:
         task.budget,
         cost=plan.cost,
         peak_memory=plan.peak_memory,
-        overhead=plan.cost / task.reference_cost if task.reference_cost > 0 else None,
+        compute_ratio=plan.cost / task.reference_cost if task.reference_cost > 0 else None,
         status=plan.status,
         seconds=plan.solve_time,
         lower_bound=plan.lower_bound,

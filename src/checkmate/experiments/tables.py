@@ -1,7 +1,7 @@
-"""Tables over sweep rows (`checkmate.experiments.sweep.SweepRow`): overhead per budget, the paper's Table 2, and
+"""Tables over sweep rows (`checkmate.experiments.sweep.SweepRow`): compute ratio per budget, the paper's Table 2, and
 solve times.
 
-* `format_sweep`: per model, one line per budget and one column per method, the overhead against checkpoint_all
+* `format_sweep`: per model, one line per budget and one column per method, the compute ratio to checkpoint_all
   ("-" where the method has no plan, "*" where the plan is proven optimal).
 * `approximation_ratios` / `format_table2`: the paper's Table 2, each method's cost relative to a reference method
   (`optimal`), as the geometric mean over the budgets at which both have a plan, per model.
@@ -172,7 +172,7 @@ def format_solve_times(table: Sequence[SolveTimes]) -> str:
 
 
 def format_sweep(rows: Sequence[SweepRow]) -> str:
-    """Per model, the overhead of each method at each budget; "-" no plan, "*" proven optimal."""
+    """Per model, the compute ratio of each method at each budget; "-" no plan, "*" proven optimal."""
     blocks = []
     for model in _models(rows):
         mine = [row for row in rows if row.model == model]
@@ -183,13 +183,13 @@ def format_sweep(rows: Sequence[SweepRow]) -> str:
             line = [format_bytes(budget), str(budget)]
             for method in methods:
                 row = cells.get((budget, method))
-                if row is None or row.overhead is None:
+                if row is None or row.compute_ratio is None:
                     line.append("-")
                 else:
-                    line.append(f"{row.overhead:.3f}x" + ("*" if row.status == OPTIMAL else ""))
+                    line.append(f"{row.compute_ratio:.3f}x" + ("*" if row.status == OPTIMAL else ""))
             lines.append(line)
         blocks.append(f"{model} ({mine[0].nodes} nodes)\n" + _render(lines))
-    note = "(compute overhead against checkpoint_all; - no plan within the budget; * proven optimal)"
+    note = "(compute ratio: cost over checkpoint_all's; - no plan within the budget; * proven optimal)"
     return "\n\n".join(blocks) + "\n" + note
 
 

@@ -5,7 +5,8 @@
 
 The factory is called under a `FakeTensorMode`: its weights and batch are fake tensors that carry shapes and dtypes
 but no storage, and `checkmate.capture` traces them as it traces any model. This is what `checkmate.max_batch`
-captures at each candidate batch size.
+captures at each candidate batch size. Fake tensors run no kernel, so these graphs count no kernel scratch (the
+memory a kernel holds inside itself, which the "profile" cost model measures on real tensors).
 """
 
 from __future__ import annotations
@@ -48,13 +49,22 @@ def fake_graph_at(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         with FakeTensorMode():
-            produced = factory(batch_size=batch_size, **factory_options)
-        if not isinstance(produced, tuple) or len(produced) != 3:
-            raise CaptureError(
-                f"{getattr(factory, '__name__', factory)!r} must return (model, loss_fn, batch), "
-                f"got {type(produced).__name__}"
-            )
-        model, loss_fn, batch = produced
+            model, loss_fn, batch = training_step(factory, batch_size, **factory_options)
         return capture(model, loss_fn, batch, cost_model=cost_model).graph
 
     return graph_at
+
+
+def training_step(factory: Callable[..., Any], batch_size: int, **factory_options: Any) -> tuple[Any, Any, Any]:
+    """`factory(batch_size=batch_size, **factory_options)`: the `(model, loss_fn, batch)` of a training step.
+
+    Raises:
+        CaptureError: the factory returned something else.
+    """
+    produced = factory(batch_size=batch_size, **factory_options)
+    if not isinstance(produced, tuple) or len(produced) != 3:
+        raise CaptureError(
+            f"{getattr(factory, '__name__', factory)!r} must return (model, loss_fn, batch), "
+            f"got {type(produced).__name__}"
+        )
+    return produced
