@@ -1,7 +1,12 @@
-"""The interpreter against eager autograd, on hand-made captures (make_fx, one group of fx nodes per graph node).
+"""Schedules run by `checkmate.execute.program` against eager autograd, on hand-made captures (make_fx, one group
+of fx nodes per graph node).
 
 The fixture here is deliberately independent of checkmate.capture: it groups each compute op with the views,
-getitems and in-place ops applied to its result, which is all the executor's contract asks for.
+getitems and in-place ops applied to its result, which is all the executor's contract asks for. Its graph counts
+tensor storages only (no kernel scratch, no saved generator states), so its peaks are read by the meter that counts
+exactly those (`measure_peak` on ATen ops' outputs): it checks that the executor frees each value when the schedule
+says. The CPU allocator's peak, which also sees scratch and generator states, is checked against plans of the same
+net made by checkmate.capture (`test_recomputing_plans_hold_no_more_than_planned_on_the_allocator`).
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from eager_oracle import measured_call
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
+import checkmate
 from checkmate import Graph, Node, cheapest_r, lower, make_plan, solve
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
@@ -234,6 +241,26 @@ def test_a_random_node_recomputed_while_its_first_copy_is_held(setup: Any) -> No
         assert got is not None and torch.equal(got, want)
     assert torch.equal(torch.get_rng_state(), expected_rng)
     assert peak_twice == peak + captured.graph.nodes[random].memory
+
+
+@pytest.mark.usefixtures("module_cache_directory")
+def test_recomputing_plans_hold_no_more_than_planned_on_the_allocator() -> None:
+    """The fixture's net and kinds of plans, captured by checkmate.capture with profiled scratch (each random node
+    retains the generator state saved to replay it): the CPU allocator's peak of each step is within the plan's."""
+    torch.manual_seed(0)
+    model = SkipNet().train()
+    batch = (torch.randn(32, 6), torch.randint(0, 3, (32,)))
+    step = checkmate.compile(
+        model, cross_entropy, batch, budget=1.0, method="checkpoint_all", cost_model="profile", measure_memory="never"
+    )
+    assert step.captured.random_nodes, "the net must contain a random node"
+    above = {}
+    for label, R, S in _plans(step.graph):
+        plan = step.use_plan(make_plan(step.graph, R, S, method=label))
+        _, measured = measured_call(step, batch)
+        if measured > plan.peak_memory:
+            above[label] = (measured, plan.peak_memory)
+    assert not above, f"the allocator held more than planned, (measured, planned) by plan: {above}"
 
 
 def test_a_schedule_is_generated_once_per_program() -> None:

@@ -70,7 +70,9 @@ def build_layout(
     With `retain_gradients` (a step whose `.grad`s start empty) the gradients leave the fixed memory and each
     planning node retains the gradients it makes (`Node.retained`), from its first run to the end of the step.
     A random node also retains `random_state_bytes`: the executor saves the generator's state before its first run,
-    to replay it when the node is recomputed, and keeps it to the end of the step.
+    to replay it when the node is recomputed, and keeps it to the end of the step. A recomputation of it holds
+    `random_state_bytes` more while it runs: the copy of the generator's current state that `torch.random.fork_rng`
+    restores afterwards.
     """
     scratch = scratch or {}
     nodes_by_name = {node.name: node for node in module.graph.nodes}
@@ -97,6 +99,8 @@ def build_layout(
             0, _running_peak(names, exports[index], nodes_by_name, owners.table, first_run_excluded, scratch) - memory
         )
         again = max(0, _running_peak(names, exports[index], nodes_by_name, owners.table, sources, scratch) - memory)
+        if index in random_nodes:
+            again += random_state_bytes  # replaying: `fork_rng` holds a copy of the generator's current state
         graph_nodes.append(
             Node(
                 name=_label(names, owners.allocating),
