@@ -10,9 +10,9 @@ from oracles import with_workspace
 
 import checkmate
 from checkmate.bounds import activation_floor
+from checkmate.bounds.retention import RetentionBound, _encode, _gaps, retention_bound
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph, Node
-from checkmate.bounds.retention import RetentionBound, _encode, _gaps, retention_bound
 from checkmate.strategies.registry import strategies
 
 FRACTIONS = (0.0, 0.15, 0.35, 0.7)  # of the way from the activation floor to the checkpoint_all peak
