@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 import checkmate
 from checkmate import CaptureError, Graph, solve, zoo
 from checkmate.captured import Captured
-from checkmate.torch_capture import capture
+from checkmate.torch_capture import capture, profile
 from checkmate.torch_capture.cli import run_capture
 from checkmate.torch_capture.measure import measure_eager_step
 
@@ -220,6 +220,28 @@ def test_profile_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr("checkmate.torch_capture.profile._cpu_timer", no_timing)
     second = capture(model, loss_fn, batch, cost_model="profile")
     assert [node.cost for node in second.graph.nodes] == [node.cost for node in first.graph.nodes]
+
+
+@pytest.mark.parametrize(("drift", "runs"), [(0.0, profile.MIN_REPEATS), (0.5, profile.MAX_REPEATS)])
+def test_profiling_stops_once_the_step_total_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drift: float, runs: int
+) -> None:
+    """Timed runs continue until the summed per-op medians move by at most SETTLED, within MIN and MAX_REPEATS:
+    with steady times the minimum, with times that keep growing the maximum."""
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+    model, loss_fn, batch = SMALL["mlp"]()
+    passes: list[int] = []
+
+    def timer(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, float]:
+        if node.name == first_name:
+            passes.append(len(passes))
+        return node.target(*args, **kwargs), (1.0 + drift) ** len(passes)  # type: ignore[operator]
+
+    captured = capture(model, loss_fn, batch, cost_model="flops")
+    first_name = next(node.name for node in captured.module.graph.nodes if node.op == "call_function")
+    monkeypatch.setattr("checkmate.torch_capture.profile._cpu_timer", timer)
+    capture(model, loss_fn, batch, cost_model="profile")
+    assert len(passes) == profile.WARMUP + runs
 
 
 @torch.library.custom_op("checkmate_test::twice", mutates_args=())

@@ -1,10 +1,16 @@
 """The "profile" cost model: time every op of the joint graph on the model's device, and measure its scratch memory.
 
-How it is measured: the whole joint graph is run `WARMUP + REPEATS` times, op by op in execution
-order, on real tensors (parameters, buffers and the example batch; intermediate values are
-allocated one op at a time and freed after their last use, as in a training step, so caches are as
-warm or cold as they are in the step). Every op that allocates memory is timed in every run, and its
-cost is the median of its `REPEATS` timed runs after `WARMUP` untimed ones, in seconds. On CPU the
+How it is measured: the whole joint graph is run op by op in execution order, on real tensors
+(parameters, buffers and the example batch; intermediate values are allocated one op at a time and
+freed after their last use, as in a training step, so caches are as warm or cold as they are in the
+step): `WARMUP` untimed runs, then timed runs until the step's total (the sum of the per-op medians)
+moves by at most `SETTLED` between two runs, at least `MIN_REPEATS` and at most `MAX_REPEATS` of them.
+Every op that allocates memory is timed in every timed run, and its cost is the median of its runs,
+in seconds. Each run is a whole training step, so on a large model profiling takes as long as tens of
+steps; the plan needs costs relative to each other, which settle after a few runs. On the graph set's
+ResNet-50 at 60 %, the plan made from medians of 3 runs costs, priced by medians of 11, exactly what
+the plan made from those 11 costs, and 0.3 % more than the plan of a second 11-run profile (run-to-run
+noise); capture took 22 s against 35-40 s (`benchmarks/profile_repeats.py`). On CPU the
 timer is `time.perf_counter` and PyTorch runs with one intra-op thread: on a loaded machine two
 threads gave timings that varied 10-100x between runs, one thread kept per-op medians within a few
 percent. On CUDA each op is bracketed by CUDA events and synchronized. Views, `getitem` and other
@@ -54,8 +60,10 @@ from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 
-WARMUP = 2
-REPEATS = 11
+WARMUP = 1
+MIN_REPEATS = 3
+MAX_REPEATS = 11
+SETTLED = 0.02
 
 _SPAN_PREFIX = "checkmate::"
 
@@ -155,14 +163,25 @@ def _cached(path: Path, signatures: dict[str, str], allocating: frozenset[str], 
 def _time(
     module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str]
 ) -> dict[str, float]:
-    """Median seconds of each op in `missing` over `REPEATS` passes, after `WARMUP` passes."""
+    """Median seconds of each op in `missing` over timed passes after `WARMUP` passes, until their total settles
+    (see the module doc)."""
     timer = _cuda_timer if device.type == "cuda" else _cpu_timer
+    for _ in range(WARMUP):
+        for _ in _run(module, inputs, timer):
+            pass
     timings: dict[str, list[float]] = {name: [] for name in missing}
-    for repeat in range(WARMUP + REPEATS):
+    total = None
+    for repeat in range(1, MAX_REPEATS + 1):
         for node, seconds in _run(module, inputs, timer):
-            if node.name in missing and repeat >= WARMUP:
+            if node.name in missing:
                 timings[node.name].append(seconds)
-    return {name: statistics.median(values) for name, values in timings.items()}
+        medians = {name: statistics.median(values) for name, values in timings.items()}
+        previous, total = total, sum(medians.values())
+        log.debug("profile: timed run %d, the step's total %.6g s", repeat, total)
+        if repeat >= MIN_REPEATS and previous is not None and abs(total - previous) <= SETTLED * total:
+            log.info("profile: op times settled after %d timed runs", repeat)
+            break
+    return medians
 
 
 def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], measure: Any) -> Iterator[Any]:
