@@ -1,6 +1,7 @@
 """The plan's peak against the measured peak of a step from `.grad = None` and of one that accumulates.
 
-    .venv/bin/python benchmarks/accumulating_peaks.py
+    .venv/bin/python benchmarks/accumulating_peaks.py [--out]
+    .venv/bin/python benchmarks/accumulating_peaks.py --from-json   # the table again from benchmarks/results/
 
 The models and budgets of `tests/torch/test_compile.py` (a small ResNet and GPT; `optimal` with a 20 s limit, FLOP
 costs). Each compiled step runs twice with `measure_memory="every"`: first from `.grad = None`, then adding into the
@@ -9,11 +10,13 @@ gradients the first call left. Prints a markdown table of bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import checkmate
 from checkmate import zoo
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 CASES: list[tuple[str, Callable[[], Any], float]] = [
     ("ResNet", lambda: zoo.resnet(batch_size=4, image_size=16, width=8, blocks=(1, 1)), 1.0),
@@ -23,9 +26,7 @@ CASES: list[tuple[str, Callable[[], Any], float]] = [
 ]
 
 
-def main() -> None:
-    print("| model | budget | plan | planned peak | measured, from .grad = None | measured, accumulating |")
-    print("|---|---|---|---|---|---|")
+def measure() -> Iterator[Row]:
     for name, factory, budget in CASES:
         model, loss_fn, batch = factory()
         method, options = ("checkpoint_all", {}) if budget == 1.0 else ("optimal", {"time_limit": 20})
@@ -37,10 +38,34 @@ def main() -> None:
         fresh = step.report().measured_peak
         step(*batch)
         report = step.report()
-        print(
-            f"| {name} | {budget:.0%} | {report.method} ({report.status}) | {report.planned_peak} | {fresh} | "
-            f"{report.measured_peak} |"
+        yield {
+            "model": name,
+            "budget": budget,
+            "method": report.method,
+            "status": report.status,
+            "planned_peak": report.planned_peak,
+            "measured_fresh": fresh,
+            "measured_accumulating": report.measured_peak,
+        }
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        "| model | budget | plan | planned peak | measured, from .grad = None | measured, accumulating |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in stored.rows:
+        lines.append(
+            f"| {row['model']} | {row['budget']:.0%} | {row['method']} ({row['status']}) | {row['planned_peak']} | "
+            f"{row['measured_fresh']} | {row['measured_accumulating']} |"
         )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_row_arguments(parser)
+    measure_or_load(parser.parse_args(), "accumulating_peaks", measure, render)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,17 @@ reads its predecessor and up to two earlier nodes; costs and sizes 1-9) and rand
 (`checkmate.examples.random_training_graph`, 15-59 nodes), at `--points` budgets spread evenly from the smallest
 feasible budget (the smallest peak `checkmate.minimum_budget` finds in 60 s) to the checkpoint_all peak, it solves
 `method="optimal"` (HiGHS, `--optimal-time-limit` seconds, 60 by default: the optimum is proven on most of these)
-and `method="approx"` (or `--method`), and prints per case the cost ratio approx / optimal (inf where approx found
-no plan), whether the optimum was proven, and approx's seconds; then per family and overall the failures, the max
-and the geometric mean ratio of the cases approx solved.
+and `method="approx"` (or `--method`), and prints per case the cost ratio approx / optimal ("no plan" where approx
+found none), whether the optimum was proven, and approx's seconds; then per family and overall in how many cases
+approx has a plan, and the max and the geometric mean ratio over those.
 A ratio below 1 can occur only where the optimum was not proven in time; a budget where `optimal` found no
-plan in time is skipped.
+plan in time has no reference and is listed apart ("skipped").
 
-    .venv/bin/python benchmarks/approx_quality.py
-    .venv/bin/python benchmarks/approx_quality.py --cache /tmp/optima.json   # reuse budgets and optima across runs
+The smallest budgets and the optima are kept in `--optima` (default benchmarks/results/approx_quality_optima.json,
+written after every solve), so a second run, or a run of another method, solves only what is not there.
+
+    .venv/bin/python benchmarks/approx_quality.py --out       # rows to benchmarks/results/approx_quality.json
+    .venv/bin/python benchmarks/approx_quality.py --from-json # the table again from them
     .venv/bin/python benchmarks/approx_quality.py --only chain --approx-time-limit 10
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +35,7 @@ import numpy as np
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph
+from rows import RESULTS, Row, Stored, add_row_arguments, measure_or_load
 
 
 def random_dag(forward_nodes: int, seed: int) -> Graph:
@@ -65,6 +70,85 @@ def smallest_budget(graph: Graph) -> int:
     return found if found is not None else checkmate.solve(graph, None, method="checkpoint_all").peak_memory
 
 
+def measure(arguments: argparse.Namespace) -> Iterator[Row]:
+    optima: dict[str, Any] = {}  # "<graph> smallest": bytes; "<graph> b=<budget> tl=<s>": [cost or None, proven]
+    if arguments.optima.exists():
+        optima = json.loads(arguments.optima.read_text())
+    for family, label, graph in graphs():
+        if arguments.only and family not in arguments.only:
+            continue
+        if f"{label} smallest" not in optima:
+            optima[f"{label} smallest"] = smallest_budget(graph)
+            _keep(arguments.optima, optima)
+        for budget in budgets(graph, arguments.points, optima[f"{label} smallest"]):
+            key = f"{label} b={budget} tl={arguments.optimal_time_limit:g}"
+            if key not in optima:
+                try:
+                    best = checkmate.solve(graph, budget, method="optimal", time_limit=arguments.optimal_time_limit)
+                    optima[key] = [best.cost, best.status == "optimal"]
+                except checkmate.InfeasibleBudget:
+                    optima[key] = [None, False]
+                _keep(arguments.optima, optima)
+            optimum, proven = optima[key]
+            row: Row = {"family": family, "graph": label, "nodes": graph.size, "budget": budget, "optimum": optimum}
+            if optimum is not None:
+                started = time.perf_counter()
+                try:
+                    options = {"time_limit": arguments.approx_time_limit}
+                    row["cost"] = checkmate.solve(graph, budget, method=arguments.method, **options).cost
+                except checkmate.InfeasibleBudget:
+                    row["cost"] = None  # approx found no plan within a budget that `optimal` met
+                row |= {"proven": proven, "seconds": time.perf_counter() - started}
+            print(line(row), file=sys.stderr, flush=True)
+            yield row
+
+
+def _keep(path: Path, optima: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(optima, indent=0))
+
+
+def line(row: Row) -> str:
+    head = f"{row['graph']:<16} {row['nodes']:>3} {row['budget']:>6}"
+    if row["optimum"] is None:
+        return f"{head}   optimal found no plan in its time limit: skipped"
+    cost = row["cost"]
+    shown = "no plan" if cost is None else f"{cost:9.2f}"
+    ratio = "-" if cost is None else f"{cost / row['optimum']:6.3f}"
+    return (
+        f"{head} {row['optimum']:>9.2f} {'yes' if row['proven'] else 'no':>6} {shown:>9} {ratio:>6} "
+        f"{row['seconds']:>8.2f}"
+    )
+
+
+def render(stored: Stored) -> str:
+    header = f"{'graph':<16} {'T':>3} {'budget':>6} {'optimal':>9} {'proven':>6} {'approx':>9} {'ratio':>6} approx s"
+    lines = [header, *(line(row) for row in stored.rows)]
+    compared = [row for row in stored.rows if row["optimum"] is not None]
+    if not compared:
+        return "\n".join(lines)
+    lines.append("")
+    for family in dict.fromkeys(row["family"] for row in compared):
+        lines.append(f"{family:<6} {_summary([row for row in compared if row['family'] == family])}")
+    seconds = [row["seconds"] for row in compared]
+    skipped = len(stored.rows) - len(compared)
+    lines.append(
+        f"all    {_summary(compared)}  approx seconds: total {sum(seconds):.1f}, max {max(seconds):.2f}; "
+        f"skipped (no optimum in time) {skipped}"
+    )
+    return "\n".join(lines)
+
+
+def _summary(rows: list[Row]) -> str:
+    """In how many cases approx has a plan, and the max and geometric mean of its ratio over those."""
+    ratios = [row["cost"] / row["optimum"] for row in rows if row["cost"] is not None]
+    geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else math.nan
+    return (
+        f"cases {len(rows):>3}  with a plan {len(ratios)} of {len(rows)}  "
+        f"max {max(ratios, default=math.nan):.3f}  geomean {geomean:.4f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=6, help="budgets per graph")
@@ -72,66 +156,14 @@ def main() -> None:
     parser.add_argument("--approx-time-limit", type=float, default=None)
     parser.add_argument("--method", default="approx", help="the method to compare with optimal")
     parser.add_argument("--only", nargs="*", default=None, help="families to run: chain, dag, skip")
-    parser.add_argument("--cache", type=Path, default=None, help="JSON file of budgets and optima to reuse and extend")
-    args = parser.parse_args()
-
-    cache: dict[str, Any] = {}  # "<graph> smallest": bytes; "<graph> b=<budget> tl=<s>": [cost or None, proven]
-    if args.cache is not None and args.cache.exists():
-        cache = json.loads(args.cache.read_text())
-    ratios: list[float] = []
-    families: dict[str, list[float]] = {}
-    approx_seconds: list[float] = []
-    print(f"{'graph':<16} {'T':>3} {'budget':>6} {'optimal':>9} {'proven':>6} {'approx':>9} {'ratio':>6} approx s")
-    for family, label, graph in graphs():
-        if args.only and family not in args.only:
-            continue
-        if f"{label} smallest" not in cache:
-            cache[f"{label} smallest"] = smallest_budget(graph)
-        for budget in budgets(graph, args.points, cache[f"{label} smallest"]):
-            key = f"{label} b={budget} tl={args.optimal_time_limit:g}"
-            if key not in cache:
-                try:
-                    best = checkmate.solve(graph, budget, method="optimal", time_limit=args.optimal_time_limit)
-                    cache[key] = [best.cost, best.status == "optimal"]
-                except checkmate.InfeasibleBudget:
-                    cache[key] = [None, False]
-                if args.cache is not None:
-                    args.cache.write_text(json.dumps(cache, indent=0))
-            optimum, proven = cache[key]
-            if optimum is None:
-                print(f"{label:<16} {graph.size:>3} {budget:>6}   optimal found no plan in its time limit: skipped")
-                continue
-            started = time.perf_counter()
-            try:
-                cost = checkmate.solve(graph, budget, method=args.method, time_limit=args.approx_time_limit).cost
-            except checkmate.InfeasibleBudget:
-                cost = math.inf  # approx found no plan within a budget that `optimal` met
-            seconds = time.perf_counter() - started
-            ratio = cost / optimum
-            ratios.append(ratio)
-            families.setdefault(family, []).append(ratio)
-            approx_seconds.append(seconds)
-            print(
-                f"{label:<16} {graph.size:>3} {budget:>6} {optimum:>9.2f} {'yes' if proven else 'no':>6} "
-                f"{cost:>9.2f} {ratio:>6.3f} {seconds:>8.2f}",
-                flush=True,
-            )
-    if not ratios:
-        return
-    print()
-    for family, values in families.items():
-        print(f"{family:<6} {_summary(values)}")
-    print(f"all    {_summary(ratios)}  approx seconds: total {sum(approx_seconds):.1f}, max {max(approx_seconds):.2f}")
-
-
-def _summary(ratios: list[float]) -> str:
-    """Max and geometric mean over the cases approx solved; the cases it failed are counted apart."""
-    solved = [r for r in ratios if math.isfinite(r)]
-    geomean = math.exp(sum(math.log(r) for r in solved) / len(solved)) if solved else math.nan
-    return (
-        f"cases {len(ratios):>3}  failed {len(ratios) - len(solved)}  "
-        f"max {max(solved, default=math.nan):.3f}  geomean {geomean:.4f}"
-    )
+    parser.add_argument(
+        "--optima", type=Path, default=RESULTS / "approx_quality_optima.json",
+        help="JSON file of smallest budgets and optima to reuse and extend "
+        "(default benchmarks/results/approx_quality_optima.json)",
+    )  # fmt: skip
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    measure_or_load(arguments, "approx_quality", lambda: measure(arguments), render)
 
 
 if __name__ == "__main__":

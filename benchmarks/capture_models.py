@@ -16,7 +16,8 @@ For a VGG-style CNN, a ResNet-18-style network and a small GPT it reports
 
 Then it captures full-size VGG16 at batch 256, 224x224, in a subprocess, and reports time and RSS.
 
-    .venv/bin/python benchmarks/capture_models.py
+    .venv/bin/python benchmarks/capture_models.py [--out]
+    .venv/bin/python benchmarks/capture_models.py --from-json   # the tables again from benchmarks/results/
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ from checkmate import solve, zoo
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.measure import measure_eager_step
 from checkmate.units import format_bytes
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {
     "VGG (8 conv, w16, b32, 32x32)": lambda: zoo.vgg(batch_size=32, image_size=32, width=16),
@@ -60,7 +62,7 @@ print(elapsed, before, after, calls, captured.graph.size, peak)
 """
 
 
-def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> dict[str, Any]:
+def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> Row:
     model, loss_fn, batch = factory()
     torch.set_num_threads(1)
     eager_before = measure_eager_step(model, loss_fn, batch, repeats=11)
@@ -76,6 +78,7 @@ def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> dict
     eager_after = measure_eager_step(model, loss_fn, batch, repeats=11)
     step = min(eager_before.step_seconds, eager_after.step_seconds)
     return {
+        "kind": "model",
         "name": name,
         "fx": sum(node.op == "call_function" for node in captured.module.graph.nodes),
         "nodes": captured.graph.size,
@@ -91,6 +94,7 @@ def measure_model(name: str, factory: Callable[[], Any], max_nodes: int) -> dict
         "step": step,
         "steps": (eager_before.step_seconds, eager_after.step_seconds),
         "fastest": min(eager_before.fastest_step_seconds, eager_after.fastest_step_seconds),
+        "max_nodes": max_nodes,
     }
 
 
@@ -108,17 +112,17 @@ def profile_stability(factory: Callable[[], Any]) -> tuple[float, float, float]:
     return sum(first), sum(second), difference
 
 
-def print_table(rows: list[dict[str, Any]], max_nodes: int) -> None:
-    print(
+def model_table(rows: list[Row], max_nodes: int) -> str:
+    lines = [
         f"| model | fx ops | nodes | nodes (max_nodes={max_nodes}) | capture, empty cache / cached | "
         "simulated peak | eager peak | eager peak, grads fixed | eager peak, accumulating | "
         "sim / eager (accumulating) | "
         "simulated peak, merged | sum of profiled costs | eager step, median (1 thread) | eager step, fastest | "
-        "profile / eager median |"
-    )
-    print("|---" * 15 + "|")
+        "profile / eager median |",
+        "|---" * 15 + "|",
+    ]
     for row in rows:
-        print(
+        lines.append(
             f"| {row['name']} | {row['fx']} | {row['nodes']} | {row['merged']} | "
             f"{row['first']:.1f} s / {row['cached']:.1f} s | {format_bytes(row['simulated'])} | "
             f"{format_bytes(row['eager'])} | {format_bytes(row['eager_fixed'])} | "
@@ -128,34 +132,67 @@ def print_table(rows: list[dict[str, Any]], max_nodes: int) -> None:
             f"(runs: {row['steps'][0] * 1e3:.1f}, {row['steps'][1] * 1e3:.1f}) | {row['fastest'] * 1e3:.1f} ms | "
             f"{row['profiled'] / row['step']:.2f} |"
         )
+    return "\n".join(lines)
 
 
-def vgg16_row() -> str:
+def vgg16_row() -> Row:
     result = subprocess.run([sys.executable, "-c", VGG16_SCRIPT], capture_output=True, text=True, check=True)
     elapsed, before, after, calls, nodes, peak = (float(value) for value in result.stdout.split()[-6:])
-    return (
-        f"VGG16, batch 256, 224x224, cost model flops: {int(calls)} fx ops, {int(nodes)} nodes, capture "
-        f"{elapsed:.1f} s, peak RSS {format_bytes(int(before))} after building the model and batch, "
-        f"{format_bytes(int(after))} after capture; simulated checkpoint_all peak {format_bytes(int(peak))}"
-    )
+    return {
+        "kind": "vgg16",
+        "seconds": elapsed,
+        "rss_before": int(before),
+        "rss_after": int(after),
+        "fx": int(calls),
+        "nodes": int(nodes),
+        "simulated": int(peak),
+    }
+
+
+def measure(max_nodes: int, skip_vgg16: bool) -> Iterator[Row]:
+    for name, factory in MODELS.items():
+        yield measure_model(name, factory, max_nodes)
+    for name, factory in MODELS.items():
+        first, second, difference = profile_stability(factory)
+        yield {"kind": "stability", "name": name, "first": first, "second": second, "difference": difference}
+    if not skip_vgg16:
+        yield vgg16_row()
+    yield {"kind": "process", "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def render(stored: Stored) -> str:
+    kinds: dict[str, list[Row]] = {}
+    for row in stored.rows:
+        kinds.setdefault(row["kind"], []).append(row)
+    models = kinds.get("model", [])
+    load = stored.environment.get("load_average")
+    parts = [f"load average before: {load[0]:.2f}"] if load else []
+    parts.append(model_table(models, models[0]["max_nodes"] if models else 0))
+    stability = ["| model | profile 1 | profile 2 | time-weighted mean per-node difference |", "|---|---|---|---|"]
+    for row in kinds.get("stability", []):
+        stability.append(
+            f"| {row['name']} | {row['first'] * 1e3:.1f} ms | {row['second'] * 1e3:.1f} ms | {row['difference']:.1%} |"
+        )
+    parts.append("\n".join(stability))
+    for row in kinds.get("vgg16", []):
+        parts.append(
+            f"VGG16, batch 256, 224x224, cost model flops: {row['fx']} fx ops, {row['nodes']} nodes, capture "
+            f"{row['seconds']:.1f} s, peak RSS {format_bytes(row['rss_before'])} after building the model and batch, "
+            f"{format_bytes(row['rss_after'])} after capture; simulated checkpoint_all peak "
+            f"{format_bytes(row['simulated'])}"
+        )
+    for row in kinds.get("process", []):
+        parts.append(f"(this process: peak RSS {format_bytes(row['rss'])})")
+    return "\n\n".join(parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-nodes", type=int, default=40)
     parser.add_argument("--skip-vgg16", action="store_true")
+    add_row_arguments(parser)
     arguments = parser.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
-    rows = [measure_model(name, factory, arguments.max_nodes) for name, factory in MODELS.items()]
-    print_table(rows, arguments.max_nodes)
-    print("\n| model | profile 1 | profile 2 | time-weighted mean per-node difference |\n|---|---|---|---|")
-    for name, factory in MODELS.items():
-        first, second, difference = profile_stability(factory)
-        print(f"| {name} | {first * 1e3:.1f} ms | {second * 1e3:.1f} ms | {difference:.1%} |")
-    if not arguments.skip_vgg16:
-        print()
-        print(vgg16_row())
-    print(f"\n(this process: peak RSS {format_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)})")
+    measure_or_load(arguments, "capture_models", lambda: measure(arguments.max_nodes, arguments.skip_vgg16), render)
 
 
 if __name__ == "__main__":

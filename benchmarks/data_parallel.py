@@ -2,23 +2,29 @@
 
     .venv/bin/python benchmarks/data_parallel.py                  # ResNet, budgets 100 % and 60 %
     .venv/bin/python benchmarks/data_parallel.py --quick          # a smaller ResNet, fewer repeats
+    .venv/bin/python benchmarks/data_parallel.py --repeats 25 --out   # rows to benchmarks/results/data_parallel.json
+    .venv/bin/python benchmarks/data_parallel.py --from-json      # the table again from them
 
 Each rank runs one torch thread on its own batch. Per budget it times, interleaved (the same sequence on every
 rank, since each step is a collective): the compiled DDP step, eager DDP (`loss_fn(ddp, *batch).backward()`),
 and both again under `no_sync()`, which skips the all-reduce: a step's time minus its `no_sync` time is the
 communication the backward did not hide. Times are medians over the repeats, the slower rank's (each rank's
-median, then the max). Gradients accumulate across the timed steps on both sides alike. Rank 0 prints a
-markdown table, and checks once that the compiled step's gradients equal eager DDP's.
+median, then the max). Gradients accumulate across the timed steps on both sides alike. It prints a markdown table
+(each row also as rank 0 measures it), and checks once per budget that the compiled step's gradients equal eager
+DDP's.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 import checkmate
 from checkmate import zoo
 from checkmate.units import format_bytes
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 WORLD_SIZE = 2
 
@@ -80,19 +87,45 @@ def _time_steps(step: Any, reference: DistributedDataParallel, batch: tuple[Any,
     return _interleaved_medians([lambda: step(*batch), eager, compiled_local, eager_local], repeats)
 
 
-def _row(budget: float, step: Any, times: list[float], exact: bool) -> str:
+def _row(budget: float, step: Any, times: list[float], exact: bool) -> Row:
     compiled, eager, compiled_local, eager_local = times
     report = step.report()
+    return {
+        "budget": budget,
+        "method": report.method,
+        "planned_overhead": report.planned_extra_compute,
+        "buckets": len(step.reduction.buckets),
+        "planned_peak": report.planned_peak,
+        "measured_peak": report.measured_peak or 0,
+        "compiled_ms": compiled * 1e3,
+        "eager_ms": eager * 1e3,
+        "compiled_no_sync_ms": compiled_local * 1e3,
+        "eager_no_sync_ms": eager_local * 1e3,
+        "gradients_equal": exact,
+    }
+
+
+def _line(row: Row) -> str:
+    compiled, eager = row["compiled_ms"], row["eager_ms"]
     return (
-        f"| {budget:.0%} | {report.method} | {report.planned_overhead:+.1%} | {len(step.reduction.buckets)} | "
-        f"{format_bytes(report.planned_peak)} | "
-        f"{format_bytes(report.measured_peak or 0)} | {compiled * 1e3:.1f} | {eager * 1e3:.1f} | "
-        f"{compiled / eager:.3f} | {(compiled - compiled_local) * 1e3:.1f} | {(eager - eager_local) * 1e3:.1f} | "
-        f"{'yes' if exact else 'NO'} |"
+        f"| {row['budget']:.0%} | {row['method']} | {row['planned_overhead']:+.1%} | {row['buckets']} | "
+        f"{format_bytes(row['planned_peak'])} | {format_bytes(row['measured_peak'])} | {compiled:.1f} | "
+        f"{eager:.1f} | {compiled / eager:.3f} | {compiled - row['compiled_no_sync_ms']:.1f} | "
+        f"{eager - row['eager_no_sync_ms']:.1f} | {'yes' if row['gradients_equal'] else 'NO'} |"
     )
 
 
-def _worker(rank: int, init_file: str, args: argparse.Namespace) -> None:
+def render(stored: Stored) -> str:
+    return (
+        "| budget | plan | planned overhead | buckets | planned peak | measured peak | compiled ms "
+        "| eager DDP ms | ratio | compiled unhidden comm ms | eager unhidden comm ms | grads = eager DDP |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(_line(row) for row in stored.rows)
+    )
+
+
+def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
+    """One rank: every budget compiled, checked and timed; rank 0 writes the rows to `directory`/rows.json."""
+    init_file = f"{directory}/rendezvous"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE)
     if args.quick:
@@ -113,14 +146,16 @@ def _worker(rank: int, init_file: str, args: argparse.Namespace) -> None:
         exact = _check_gradients(step, reference, batch)
         rows.append(_row(budget, step, _time_steps(step, reference, batch, args.repeats), exact))
         if rank == 0:
-            print(rows[-1], flush=True)
+            print(_line(rows[-1]), file=sys.stderr, flush=True)
     if rank == 0:
-        print(
-            "\n| budget | plan | planned overhead | buckets | planned peak | measured peak | compiled ms "
-            "| eager DDP ms | ratio | compiled unhidden comm ms | eager unhidden comm ms | grads = eager DDP |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
-        )
+        Path(directory, "rows.json").write_text(json.dumps(rows))
     dist.destroy_process_group()
+
+
+def measure(args: argparse.Namespace) -> Iterator[Row]:
+    with tempfile.TemporaryDirectory() as directory:
+        mp.spawn(_worker, args=(directory, args), nprocs=WORLD_SIZE, join=True)
+        yield from json.loads(Path(directory, "rows.json").read_text())
 
 
 def main() -> None:
@@ -132,11 +167,11 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
     parser.add_argument("--cost-model", default="flops", choices=("profile", "flops", "unit"))
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
+    add_row_arguments(parser)
     args = parser.parse_args()
     if args.quick:
         args.repeats = 5
-    with tempfile.TemporaryDirectory() as directory:
-        mp.spawn(_worker, args=(f"{directory}/rendezvous", args), nprocs=WORLD_SIZE, join=True)
+    measure_or_load(args, "data_parallel", lambda: measure(args), render)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What the executor adds to a step: eager PyTorch, the captured fx graph run whole, and the compiled step.
 
-    .venv/bin/python benchmarks/executor_overhead.py [--repeats 25]
+    .venv/bin/python benchmarks/executor_overhead.py [--repeats 25] [--out]
+    .venv/bin/python benchmarks/executor_overhead.py --from-json   # the table again from benchmarks/results/
 
 For each model, with one torch thread and the `checkpoint_all` plan (no recomputation), it times, interleaved:
 * eager: `loss_fn(model, *batch).backward()`;
@@ -14,13 +15,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 import checkmate
 from checkmate import zoo
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {
     "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=32, image_size=32, width=16, blocks=(1, 1, 1)),
@@ -55,30 +57,49 @@ def _runners(factory: Callable[[], Any]) -> tuple[dict[str, Callable[[], None]],
     return {"eager": eager, "fx graph": fx_graph, "compiled": compiled}, operations
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=25, help="timed steps per runner")
-    arguments = parser.parse_args()
+def measure(repeats: int) -> Iterator[Row]:
     torch.set_num_threads(1)
-    print("| model | fx ops | eager ms | fx graph ms | compiled ms | compiled vs eager |")
-    print("|---|---|---|---|---|---|")
     for name, factory in MODELS.items():
         runners, operations = _runners(factory)
         times: dict[str, list[float]] = {key: [] for key in runners}
         for run in runners.values():
             run()
             run()
-        for _ in range(arguments.repeats):
+        for _ in range(repeats):
             for key, run in runners.items():
                 started = time.perf_counter()
                 run()
                 times[key].append(time.perf_counter() - started)
         median = {key: statistics.median(values) * 1e3 for key, values in times.items()}
-        overhead = median["compiled"] / median["eager"] - 1
-        print(
-            f"| {name} | {operations} | {median['eager']:.1f} | {median['fx graph']:.1f} | "
-            f"{median['compiled']:.1f} | {overhead:+.1%} |"
+        yield {
+            "model": name,
+            "operations": operations,
+            "eager_ms": median["eager"],
+            "fx_graph_ms": median["fx graph"],
+            "compiled_ms": median["compiled"],
+        }
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        "| model | fx ops | eager ms | fx graph ms | compiled ms | compiled vs eager |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in stored.rows:
+        overhead = row["compiled_ms"] / row["eager_ms"] - 1
+        lines.append(
+            f"| {row['model']} | {row['operations']} | {row['eager_ms']:.1f} | {row['fx_graph_ms']:.1f} | "
+            f"{row['compiled_ms']:.1f} | {overhead:+.1%} |"
         )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=25, help="timed steps per runner")
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    measure_or_load(arguments, "executor_overhead", lambda: measure(arguments.repeats), render)
 
 
 if __name__ == "__main__":

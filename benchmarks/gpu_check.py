@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/gpu_check.py                  # on a CUDA machine, a few minutes
     .venv/bin/python benchmarks/gpu_check.py --device cpu --quick   # dry run of the same code path on CPU
+    .venv/bin/python benchmarks/gpu_check.py --out            # rows to benchmarks/results/gpu_check.json
+    .venv/bin/python benchmarks/gpu_check.py --from-json      # the table again from them (no GPU needed)
 
 For a ResNet (BatchNorm, skip connections) and a GPT (attention, dropout), each compiled at 100 % and
 50 % of its no-recomputation peak with `optimal` and profiled costs (when no plan is found at 50 % in the
@@ -22,7 +24,7 @@ import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -30,6 +32,7 @@ import torch
 import checkmate
 from checkmate import zoo
 from checkmate.units import format_bytes
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {
     "ResNet": lambda: zoo.resnet(batch_size=64, image_size=32, width=32, blocks=(1, 1, 1)),
@@ -74,7 +77,7 @@ def gradient_difference(model: torch.nn.Module, reference: torch.nn.Module) -> f
     return max(((a.grad - b.grad).abs().max().item() for a, b in pairs if a.grad is not None), default=0.0)
 
 
-def check_model(name: str, factory: Callable[[], Any], device: torch.device, args: argparse.Namespace) -> list[str]:
+def check_model(name: str, factory: Callable[[], Any], device: torch.device, args: argparse.Namespace) -> Iterator[Row]:
     model, loss_fn, batch = factory()
     model = model.to(device).train()
     batch = tuple(tensor.to(device) for tensor in batch)
@@ -84,11 +87,7 @@ def check_model(name: str, factory: Callable[[], Any], device: torch.device, arg
         loss_fn(reference, *batch).backward()
 
     eager_raw = raw_peak(eager_step, device)
-    rows = []
-    tight_found = False
     for budget in (1.0, 0.5, 0.6, 0.7):
-        if tight_found:
-            break
         method = "checkpoint_all" if budget == 1.0 else "optimal"
         options = {"time_limit": args.time_limit} if method == "optimal" else {}
         started = time.perf_counter()
@@ -97,10 +96,8 @@ def check_model(name: str, factory: Callable[[], Any], device: torch.device, arg
                 model, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, **options
             )
         except checkmate.InfeasibleBudget as error:
-            rows.append(f"| {name} | {budget:.0%} | no plan: {error} |" + " |" * 7)
-            print(rows[-1], flush=True)
+            yield {"model": name, "budget": budget, "error": str(error)}
             continue
-        tight_found = budget < 1.0
         planning = time.perf_counter() - started
         for module in (model, reference):
             module.zero_grad(set_to_none=True)
@@ -113,18 +110,64 @@ def check_model(name: str, factory: Callable[[], Any], device: torch.device, arg
         compiled_time = synchronized_median(functools.partial(step, *batch), device, args.repeats)
         eager_time = synchronized_median(eager_step, device, args.repeats)
         report = step.report()
+        yield {
+            "model": name,
+            "budget": budget,
+            "method": report.method,
+            "status": report.status,
+            "nodes": report.nodes,
+            "planning_seconds": planning,
+            "planned_peak": report.planned_peak,
+            "measured_peak": report.measured_peak,
+            "compiled_raw_peak": compiled_raw,
+            "eager_raw_peak": eager_raw,
+            "planned_overhead": report.planned_extra_compute,
+            "compiled_ms": compiled_time * 1e3,
+            "eager_ms": eager_time * 1e3,
+            "gradient_difference": difference,
+        }
+        if budget < 1.0:
+            return
 
-        def show(size: int | None) -> str:
-            return "n/a" if size is None else format_bytes(size)
 
-        rows.append(
-            f"| {name} | {budget:.0%} | {report.method} ({report.status}), {report.nodes} nodes, {planning:.0f} s | "
-            f"{show(report.planned_peak)} | {show(report.measured_peak)} | {show(compiled_raw)} | {show(eager_raw)} | "
-            f"{report.planned_overhead:+.1%} | {compiled_time * 1e3:.2f} / {eager_time * 1e3:.2f} "
-            f"({compiled_time / eager_time - 1:+.1%}) | {difference:.2g} |"
-        )
-        print(rows[-1], flush=True)
-    return rows
+HEADER = (
+    "| model | budget | plan | planned peak | measured peak (plan's terms) | raw max_memory_allocated "
+    "| eager raw peak | planned overhead | step ms compiled / eager | max grad diff |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def line(row: Row) -> str:
+    """One markdown row of the table."""
+    if "error" in row:
+        return f"| {row['model']} | {row['budget']:.0%} | no plan: {row['error']} |" + " |" * 7
+
+    def show(size: int | None) -> str:
+        return "n/a" if size is None else format_bytes(size)
+
+    compiled, eager = row["compiled_ms"], row["eager_ms"]
+    return (
+        f"| {row['model']} | {row['budget']:.0%} | {row['method']} ({row['status']}), {row['nodes']} nodes, "
+        f"{row['planning_seconds']:.0f} s | {show(row['planned_peak'])} | {show(row['measured_peak'])} | "
+        f"{show(row['compiled_raw_peak'])} | {show(row['eager_raw_peak'])} | {row['planned_overhead']:+.1%} | "
+        f"{compiled:.2f} / {eager:.2f} ({compiled / eager - 1:+.1%}) | {row['gradient_difference']:.2g} |"
+    )
+
+
+def measure(device: torch.device, args: argparse.Namespace) -> Iterator[Row]:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}, torch {torch.__version__}", file=sys.stderr)
+    yield {"device": name, "torch": torch.__version__}
+    models = QUICK_MODELS if args.quick else MODELS
+    for model_name, factory in models.items():
+        for row in check_model(model_name, factory, device, args):
+            print(line(row), file=sys.stderr, flush=True)
+            yield row
+
+
+def render(stored: Stored) -> str:
+    device, *rows = stored.rows
+    return f"device: {device['device']}, torch {device['torch']}\n{HEADER}\n" + "\n".join(line(row) for row in rows)
 
 
 def main() -> None:
@@ -134,24 +177,13 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    add_row_arguments(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if args.from_json is None and device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; nothing to measure (run it on a machine with a GPU)")
         sys.exit(0)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device: {name}, torch {torch.__version__}")
-    header = (
-        "| model | budget | plan | planned peak | measured peak (plan's terms) | raw max_memory_allocated "
-        "| eager raw peak | planned overhead | step ms compiled / eager | max grad diff |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
-    )
-    print(header, flush=True)
-    models = QUICK_MODELS if args.quick else MODELS
-    rows = [row for model_name, factory in models.items() for row in check_model(model_name, factory, device, args)]
-    print()
-    print(header)
-    print("\n".join(rows))
+    measure_or_load(args, "gpu_check", lambda: measure(device, args), render)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Each model below is built from its config with random weights (no downloads), captured with
 `checkmate.capture(model, loss_fn, batch, cost_model="flops")` on fake tensors, and its planning graph
-written with `Graph.to_json()` to `<out>/<name>.json.gz` (default `benchmarks/graphs/`). Load one with
+written with `Graph.to_json()` to `<graphs>/<name>.json.gz` (default `benchmarks/graphs/`). Load one with
 `checkmate.Graph.from_json(gzip.open(path, "rt").read())`.
 
 * `resnet50`: Hugging Face `ResNetForImageClassification(ResNetConfig())` with 1000 labels (ResNet-50),
@@ -31,7 +31,9 @@ It prints one row per graph: planning nodes, forward nodes, edges, the `checkpoi
 memory and the capture time. A model that fails to capture is reported with its error and skipped.
 
     .venv/bin/python benchmarks/graph_set.py                 # all graphs
-    .venv/bin/python benchmarks/graph_set.py --only gpt2,vit --out /tmp/graphs
+    .venv/bin/python benchmarks/graph_set.py --only gpt2,vit --graphs /tmp/graphs
+    .venv/bin/python benchmarks/graph_set.py --graphs /tmp/graphs --out   # rows to benchmarks/results/graph_set.json
+    .venv/bin/python benchmarks/graph_set.py --from-json     # the table again from them
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import logging
+import sys
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -51,10 +54,12 @@ from torch.nn import functional
 
 import checkmate
 from checkmate import zoo
+from rows import Row as StoredRow
+from rows import Stored, add_row_arguments, measure_or_load
 
 Factory = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "graphs"
+DEFAULT_GRAPHS = Path(__file__).resolve().parent / "graphs"
 
 
 def _images(batch: int, height: int, width: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,36 +194,49 @@ def capture_one(name: str, out: Path) -> Row:
     )
 
 
+def measure(names: list[str], folder: Path) -> Iterator[StoredRow]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        try:
+            yield asdict(capture_one(name, folder))
+        except Exception as error:
+            traceback.print_exc()
+            yield {"name": name, "error": f"{type(error).__name__}: {error}"}
+        print(f"done: {name}", file=sys.stderr, flush=True)
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        "| graph | nodes | forward nodes | edges | checkpoint_all peak | fixed memory | capture | file |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    failures = []
+    for row in stored.rows:
+        if "error" in row:
+            failures.append(f"\nFAILED {row['name']}: {row['error']}")
+            continue
+        lines.append(
+            f"| {row['name']} | {row['nodes']} | {row['forward']} | {row['edges']} | "
+            f"{checkmate.format_bytes(row['peak'])} | {checkmate.format_bytes(row['fixed'])} | "
+            f"{row['seconds']:.1f} s | {checkmate.format_bytes(row['file_bytes'])} |"
+        )
+    return "\n".join(lines + failures)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"comma-separated names among {', '.join(MODELS)}")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default benchmarks/graphs)")
+    parser.add_argument(
+        "--graphs", type=Path, default=DEFAULT_GRAPHS, help="folder to write the graphs to (default benchmarks/graphs)"
+    )
+    add_row_arguments(parser)
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     names = list(MODELS) if arguments.only is None else [name.strip() for name in arguments.only.split(",")]
     unknown = [name for name in names if name not in MODELS]
     if unknown:
         parser.error(f"unknown model {', '.join(unknown)}; choose among {', '.join(MODELS)}")
-    arguments.out.mkdir(parents=True, exist_ok=True)
-    rows: list[Row] = []
-    failures: list[tuple[str, str]] = []
-    for name in names:
-        try:
-            rows.append(capture_one(name, arguments.out))
-        except Exception as error:
-            traceback.print_exc()
-            failures.append((name, f"{type(error).__name__}: {error}"))
-        print(f"done: {name}", flush=True)
-    print()
-    print("| graph | nodes | forward nodes | edges | checkpoint_all peak | fixed memory | capture | file |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(
-            f"| {row.name} | {row.nodes} | {row.forward} | {row.edges} | {checkmate.format_bytes(row.peak)} | "
-            f"{checkmate.format_bytes(row.fixed)} | {row.seconds:.1f} s | {checkmate.format_bytes(row.file_bytes)} |"
-        )
-    for name, message in failures:
-        print(f"\nFAILED {name}: {message}")
+    measure_or_load(arguments, "graph_set", lambda: measure(names, arguments.graphs), render)
 
 
 if __name__ == "__main__":

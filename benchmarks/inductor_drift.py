@@ -1,6 +1,7 @@
 """Which Inductor-compiled nodes move a model's gradients away from eager's: one node compiled at a time.
 
-    .venv/bin/python benchmarks/inductor_drift.py U-Net
+    .venv/bin/python benchmarks/inductor_drift.py U-Net [--out]
+    .venv/bin/python benchmarks/inductor_drift.py --from-json   # the table again from benchmarks/results/
 
 Captures the named full-size model of `benchmarks/peers.py` as `executor="inductor"` does, compiles every node, then
 runs one step without recomputation with only one node's Inductor function (the others as ATen ops), for every
@@ -10,27 +11,29 @@ largest eager gradient), with the parameter where the difference is largest.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from checkmate import lower, solve
-from checkmate.execute.interpreter import run_schedule
+from checkmate.execute.program import run_schedule
 from checkmate.inductor.kernels import compile_kernels
 from checkmate.inductor.program import inductor_program
 from checkmate.torch_capture import capture
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_tools import prepare_model, workloads
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 THRESHOLD = 1e-4
 
 
-def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "U-Net"
+def measure(name: str) -> Iterator[Row]:
     workload = next(workload for workload in workloads("full") if workload.name.startswith(name))
     model, loss_fn, batch = prepare_model(workload, torch.device("cpu"))
     reference = copy.deepcopy(model)
@@ -61,14 +64,37 @@ def main() -> None:
         return worst
 
     everything = {kernel.index for kernel in kernels if kernel.compiled}
-    together, alone = drift(everything)[0], drift(set())[0]
-    print(f"{workload.name}: all {len(everything)} compiled nodes: {together:.1e}; none: {alone:.1e}")
-    print("| node | ops | drift | parameter |")
-    print("|---|---|---:|---|")
+    yield {
+        "model": workload.name,
+        "compiled": len(everything),
+        "all": drift(everything)[0],
+        "none": drift(set())[0],
+    }
     for index in sorted(everything):
         error, parameter = drift({index})
-        if error > THRESHOLD:
-            print(f"| {index} | {captured.graph.nodes[index].name} | {error:.1e} | {parameter} |")
+        yield {"node": index, "ops": captured.graph.nodes[index].name, "drift": error, "parameter": parameter}
+
+
+def render(stored: Stored) -> str:
+    summary, *nodes = stored.rows
+    lines = [
+        f"{summary['model']}: all {summary['compiled']} compiled nodes: {summary['all']:.1e}; "
+        f"none: {summary['none']:.1e}",
+        "| node | ops | drift | parameter |",
+        "|---|---|---:|---|",
+    ]
+    for row in nodes:
+        if row["drift"] > THRESHOLD:
+            lines.append(f"| {row['node']} | {row['ops']} | {row['drift']:.1e} | {row['parameter']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", default="U-Net", help="a full-size model of benchmarks/peers.py")
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    measure_or_load(arguments, "inductor_drift", lambda: measure(arguments.model), render)
 
 
 if __name__ == "__main__":

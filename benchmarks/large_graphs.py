@@ -4,7 +4,8 @@ For each graph of `benchmarks/graphs/` (made by `benchmarks/graph_set.py`, flops
 of the checkpoint_all peak, fixed memory included), it runs every baseline, `approx` and `optimal` with the same
 time limit, and prints one row per method: seconds, compute overhead over checkpoint_all, the lower bound proven
 for the graph given (as an overhead), and the gap. "before" is the best baseline: what `optimal` returned on these
-graphs before the coarsened path (issue 9). With `--out rows.json` the rows are written as JSON too.
+graphs before the coarsened path (issue 9). `--out [PATH]` writes the rows as JSON too (default
+benchmarks/results/large_graphs.json), and `--from-json [PATH]` prints the table again from them.
 
     .venv/bin/python benchmarks/large_graphs.py --time-limit 120 --fractions 0.4 0.6 0.8
     .venv/bin/python benchmarks/large_graphs.py --graphs resnet50 gpt2 --fractions 0.6 --time-limit 300
@@ -14,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import logging
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import checkmate
 from checkmate.strategies.warm_start import BASELINES
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 GRAPHS = Path(__file__).parent / "graphs"
 SEARCHES = ("approx", "optimal")
@@ -37,7 +40,7 @@ def run(graph: checkmate.Graph, budget: int, method: str, time_limit: float) -> 
     started = time.perf_counter()
     try:
         plan = checkmate.solve(graph, budget, method=method, **options)
-    except (checkmate.InfeasibleBudget, checkmate.InvalidGraph) as error:
+    except (checkmate.InfeasibleBudget, checkmate.InvalidGraph, checkmate.MethodNotApplicable) as error:
         return {"method": method, "seconds": time.perf_counter() - started, "status": type(error).__name__}
     return {
         "method": method,
@@ -49,18 +52,8 @@ def run(graph: checkmate.Graph, budget: int, method: str, time_limit: float) -> 
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", nargs="*", help="names in benchmarks/graphs (default: all)")
-    parser.add_argument("--fractions", nargs="*", type=float, default=[0.4, 0.6, 0.8])
-    parser.add_argument("--time-limit", type=float, default=120.0)
-    parser.add_argument("--methods", nargs="*", default=[*BASELINES, *SEARCHES])
-    parser.add_argument("--out", type=Path, help="write every row to this JSON file")
-    arguments = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+def measure(arguments: argparse.Namespace) -> Iterator[Row]:
     names = arguments.graphs or sorted(path.name.removesuffix(".json.gz") for path in GRAPHS.glob("*.json.gz"))
-    rows: list[dict[str, Any]] = []
-    print(f"{'graph':10} {'nodes':>5} {'budget':>6} {'method':20} {'s':>6} {'overhead':>9} {'bound':>8} {'gap':>7}")
     for name in names:
         graph = load(name)
         reference = checkmate.solve(graph, None)
@@ -68,15 +61,38 @@ def main() -> None:
             budget = int(fraction * reference.peak_memory)
             for method in arguments.methods:
                 row = {"graph": name, "nodes": graph.size, "fraction": fraction, "budget": budget}
+                row |= {"reference_cost": reference.cost}
                 row |= run(graph, budget, method, arguments.time_limit)
-                rows.append(row)
-                print(format_row(row, reference.cost), flush=True)
-            found = [row for row in rows[-len(arguments.methods) :] if "cost" in row]
-            before = min((row["cost"] for row in found if row["method"] in BASELINES), default=None)
-            if before is not None:
-                print(f"{'':10} {'':5} {'':6} {'before (best baseline)':20} {'':6} {before / reference.cost - 1:9.1%}")
-    if arguments.out:
-        arguments.out.write_text(json.dumps(rows, indent=1))
+                print(format_row(row, reference.cost), file=sys.stderr, flush=True)
+                yield row
+
+
+def render(stored: Stored) -> str:
+    """One line per row; after each graph and budget, the best baseline ("before")."""
+    lines = [f"{'graph':10} {'nodes':>5} {'budget':>6} {'method':20} {'s':>6} {'overhead':>9} {'bound':>8} {'gap':>7}"]
+    groups: dict[tuple[str, float], list[Row]] = {}
+    for row in stored.rows:
+        groups.setdefault((row["graph"], row["fraction"]), []).append(row)
+    for group in groups.values():
+        reference_cost = group[0]["reference_cost"]
+        lines += [format_row(row, reference_cost) for row in group]
+        before = min((row["cost"] for row in group if "cost" in row and row["method"] in BASELINES), default=None)
+        if before is not None:
+            overhead = before / reference_cost - 1
+            lines.append(f"{'':10} {'':5} {'':6} {'before (best baseline)':20} {'':6} {overhead:9.1%}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", nargs="*", help="names in benchmarks/graphs (default: all)")
+    parser.add_argument("--fractions", nargs="*", type=float, default=[0.4, 0.6, 0.8])
+    parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--methods", nargs="*", default=[*BASELINES, *SEARCHES])
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    measure_or_load(arguments, "large_graphs", lambda: measure(arguments), render)
 
 
 def format_row(row: dict[str, Any], reference_cost: float) -> str:
@@ -88,7 +104,7 @@ def format_row(row: dict[str, Any], reference_cost: float) -> str:
         return f"{head} {overhead}"
     bound = row["lower_bound"] / reference_cost - 1
     gap = (row["cost"] - row["lower_bound"]) / row["cost"]
-    return f"{head} {overhead} {bound:8.1%} {gap:7.1%}"
+    return f"{head} {overhead} {bound:8.1%} {gap:7.3%}"
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """How far each layout's float32 gradients are from float64 ones, on the full-size CNNs of `benchmarks/peers.py`.
 
-    .venv/bin/python benchmarks/layout_numerics.py
+    .venv/bin/python benchmarks/layout_numerics.py [--out]
+    .venv/bin/python benchmarks/layout_numerics.py --from-json   # the table again from benchmarks/results/
 
 One eager backward per model in float64 (the reference), float32 contiguous, float32 with the batch in channels-last
 (what `channels_last=True` and `torch.compile`'s layout optimization run), and float32 through
@@ -10,9 +11,10 @@ parameters, relative to each parameter's largest float64 gradient.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import checkmate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_tools import prepare_model, workloads
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 
 def gradients(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor], batch: Any) -> list[torch.Tensor]:
@@ -37,10 +40,8 @@ def worst(got: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
     )
 
 
-def main() -> None:
+def measure() -> Iterator[Row]:
     torch.set_num_threads(1)
-    print("| model | float32 contiguous | float32 channels-last | executor='inductor' (contiguous) |")
-    print("|---|---:|---:|---:|")
     for workload in workloads("full"):
         if workload.name.startswith("GPT"):
             continue
@@ -53,14 +54,34 @@ def main() -> None:
         compiled_model = copy.deepcopy(model)
         step = checkmate.compile(
             compiled_model, loss_fn, batch, budget=1.0, method="checkpoint_all", executor="inductor",
-            cost_model="flops", cache=False,
+            cost_model="flops", cache=False, channels_last=False,
         )  # fmt: skip
         step(*batch)
         inductor = [p.grad.double() for p in compiled_model.parameters() if p.grad is not None]
-        print(
-            f"| {workload.name} | {worst(contiguous, reference):.1e} | {worst(channels_last, reference):.1e} | "
-            f"{worst(inductor, reference):.1e} |"
+        yield {
+            "model": workload.name,
+            "contiguous": worst(contiguous, reference),
+            "channels_last": worst(channels_last, reference),
+            "inductor": worst(inductor, reference),
+        }
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        "| model | float32 contiguous | float32 channels-last | executor='inductor' (contiguous) |",
+        "|---|---:|---:|---:|",
+    ]
+    for row in stored.rows:
+        lines.append(
+            f"| {row['model']} | {row['contiguous']:.1e} | {row['channels_last']:.1e} | {row['inductor']:.1e} |"
         )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_row_arguments(parser)
+    measure_or_load(parser.parse_args(), "layout_numerics", measure, render)
 
 
 if __name__ == "__main__":

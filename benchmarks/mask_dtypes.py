@@ -1,6 +1,7 @@
 """Why the leaner capture keeps ReLU masks as bfloat16: Inductor's CPU code for each mask dtype, make and read.
 
-    .venv/bin/python benchmarks/mask_dtypes.py
+    .venv/bin/python benchmarks/mask_dtypes.py [--out]
+    .venv/bin/python benchmarks/mask_dtypes.py --from-json   # the table again from benchmarks/results/
 
 On a 4 MiB float32 `y` (64x16x32x32, ReLU'd), one torch thread: the time of Inductor's function that makes the mask
 `le(y, 0)` in the given dtype, and of the one that reads it in the backward, `where(mask != 0, 0, grad)`; median of
@@ -9,14 +10,17 @@ On a 4 MiB float32 `y` (64x16x32x32, ReLU'd), one torch thread: the time of Indu
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch._inductor.compile_fx import compile_fx
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 aten = torch.ops.aten
 
@@ -40,13 +44,11 @@ def mask_maker(dtype: torch.dtype) -> Callable[[torch.Tensor], tuple[torch.Tenso
     return make
 
 
-def main() -> None:
+def measure() -> Iterator[Row]:
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
     y = torch.relu(torch.randn(64, 16, 32, 32, generator=generator))
     grad = torch.randn(y.shape, generator=generator)
-    print("| mask dtype | make (Inductor) ms | read (Inductor) ms | read equals threshold_backward |")
-    print("|---|---:|---:|---|")
     with torch.no_grad():
         for dtype in (torch.bool, torch.uint8, torch.bfloat16):
 
@@ -56,12 +58,33 @@ def main() -> None:
             made = compile_fx(make_fx(mask_maker(dtype))(y), [y])
             mask = made(y)[0]
             reading = compile_fx(make_fx(read)(mask, grad), [mask, grad])
-            equal = torch.equal(reading(mask, grad)[0], aten.threshold_backward(grad, y, 0))
-            print(
-                f"| {str(dtype).removeprefix('torch.')} | {milliseconds(made, y):.2f} | "
-                f"{milliseconds(reading, mask, grad):.2f} | {equal} |"
-            )
-        print(f"\nEager `le(y, 0)`: {milliseconds(lambda: aten.le.Scalar(y, 0)):.2f} ms")
+            yield {
+                "dtype": str(dtype).removeprefix("torch."),
+                "make_ms": milliseconds(made, y),
+                "read_ms": milliseconds(reading, mask, grad),
+                "equal": torch.equal(reading(mask, grad)[0], aten.threshold_backward(grad, y, 0)),
+            }
+        yield {"dtype": "eager le", "make_ms": milliseconds(lambda: aten.le.Scalar(y, 0))}
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        "| mask dtype | make (Inductor) ms | read (Inductor) ms | read equals threshold_backward |",
+        "|---|---:|---:|---|",
+    ]
+    eager = ""
+    for row in stored.rows:
+        if row["dtype"] == "eager le":
+            eager = f"\n\nEager `le(y, 0)`: {row['make_ms']:.2f} ms"
+            continue
+        lines.append(f"| {row['dtype']} | {row['make_ms']:.2f} | {row['read_ms']:.2f} | {row['equal']} |")
+    return "\n".join(lines) + eager
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_row_arguments(parser)
+    measure_or_load(parser.parse_args(), "mask_dtypes", measure, render)
 
 
 if __name__ == "__main__":

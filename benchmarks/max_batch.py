@@ -20,14 +20,17 @@ the batch size as a variable; its checkpoint-all numbers for MobileNet and U-Net
 
     .venv/bin/python benchmarks/max_batch.py
     .venv/bin/python benchmarks/max_batch.py --models vgg19 --time-limit 30 --memory 16GiB
+    .venv/bin/python benchmarks/max_batch.py --time-limit 45 --out   # rows to benchmarks/results/max_batch.json
+    .venv/bin/python benchmarks/max_batch.py --from-json             # the table again from them
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from checkmate import InfeasibleBudget, zoo
@@ -35,6 +38,7 @@ from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_b
 from checkmate.graph import Graph
 from checkmate.torch_capture.fake_factory import fake_graph_at
 from checkmate.units import format_bytes, parse_bytes
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")
 MODELS = ("mobilenet", "unet", "vgg19")
@@ -55,13 +59,13 @@ def search(
     """The method's result, or why not even batch size 1 fits."""
     options: dict[str, Any] = {"time_limit": time_limit} if method in SOLVER_METHODS else {}
     try:
-        return search_max_batch(graph_at, memory, method=method, max_overhead=cap, start=start, **options)
+        return search_max_batch(graph_at, memory, method=method, max_extra_forward_passes=cap, start=start, **options)
     except InfeasibleBudget as error:
         return str(error)
 
 
-def model_rows(name: str, memory: int, time_limit: float) -> list[tuple[str, ...]]:
-    """One row per method for one model."""
+def model_rows(name: str, memory: int, time_limit: float) -> Iterator[Row]:
+    """One row per method for one model: its largest batch with the paper's cap and without, or why none fits."""
     graph_at = fake_graph_at(zoo.FACTORIES[name], cost_model="flops")
     capped: dict[str, MaxBatch | str] = {}
     best = 1
@@ -69,37 +73,90 @@ def model_rows(name: str, memory: int, time_limit: float) -> list[tuple[str, ...
         result = capped[method] = search(graph_at, memory, method, PAPER_CAP, best, time_limit)
         if isinstance(result, MaxBatch):
             best = max(best, result.batch_size)
-    reference = capped[REFERENCE]
-    rows = []
     for method in METHODS:
         result = capped[method]
         start = result.batch_size if isinstance(result, MaxBatch) else 1
         uncapped = search(graph_at, memory, method, None, start, time_limit)
-        paper = PAPER_RATIOS.get((name, method), 1.0 if method == REFERENCE else None)
-        row = [name, method, _size(result), _size(uncapped)]
-        if isinstance(result, MaxBatch) and isinstance(reference, MaxBatch):
-            row.append(f"{result.batch_size / reference.batch_size:.2f}x")
-        else:
-            row.append("-")
-        row.append("-" if paper is None else f"{paper:.2f}x")
+        row: Row = {"model": name, "method": method, "uncapped": _size(uncapped)}
         if isinstance(result, MaxBatch):
-            solves = sum(attempt.solved for attempt in result.attempts)
-            row += [
-                f"{result.overhead:.3f}x",
-                f"{result.extra_forward_passes:.2f}",
-                str(result.graph_size),
-                f"{len(result.attempts)} ({solves})",
-                f"{result.seconds:.0f}",
-            ]
+            row |= {
+                "capped": result.batch_size,
+                "overhead": result.compute_ratio,
+                "extra_forward_passes": result.extra_forward_passes,
+                "nodes": result.graph_size,
+                "sizes": len(result.attempts),
+                "solves": sum(attempt.solved for attempt in result.attempts),
+                "seconds": result.seconds,
+            }
         else:
-            row += ["-", "-", "-", "-", result.split(": ", 2)[-1]]
-        rows.append(tuple(row))
-        print("| " + " | ".join(row) + " |", flush=True)
-    return rows
+            row |= {"capped": None, "why": result.split(": ", 2)[-1]}
+        print(f"{name} {method}: {row}", file=sys.stderr, flush=True)
+        yield row
 
 
-def _size(result: MaxBatch | str) -> str:
-    return str(result.batch_size) if isinstance(result, MaxBatch) else "-"
+def _size(result: MaxBatch | str) -> int | None:
+    return result.batch_size if isinstance(result, MaxBatch) else None
+
+
+def measure(models: list[str], memory: int, time_limit: float) -> Iterator[Row]:
+    started = time.perf_counter()
+    yield {"kind": "settings", "memory": memory, "time_limit": time_limit, "cap": PAPER_CAP}
+    for name in models:
+        yield from model_rows(name, memory, time_limit)
+    yield {"kind": "total", "seconds": time.perf_counter() - started}
+
+
+HEADER = (
+    "model",
+    "method",
+    "max batch (cap)",
+    "max batch (no cap)",
+    f"vs {REFERENCE}",
+    "paper",
+    "overhead",
+    "extra fwd",
+    "nodes",
+    "sizes (solves)",
+    "seconds",
+)
+
+
+def cells(row: Row, reference: int | None) -> list[str]:
+    """The table's cells for one method on one model; `reference` is checkpoint_all's capped batch size."""
+    name, method, capped = row["model"], row["method"], row["capped"]
+    paper = PAPER_RATIOS.get((name, method), 1.0 if method == REFERENCE else None)
+    ratio = "-" if capped is None or reference is None else f"{capped / reference:.2f}x"
+    line = [name, method, _text(capped), _text(row["uncapped"]), ratio, "-" if paper is None else f"{paper:.2f}x"]
+    if capped is None:
+        return [*line, "-", "-", "-", "-", row["why"]]
+    return [
+        *line,
+        f"{row['overhead']:.3f}x",
+        f"{row['extra_forward_passes']:.2f}",
+        str(row["nodes"]),
+        f"{row['sizes']} ({row['solves']})",
+        f"{row['seconds']:.0f}",
+    ]
+
+
+def _text(size: int | None) -> str:
+    return "-" if size is None else str(size)
+
+
+def render(stored: Stored) -> str:
+    settings = next(row for row in stored.rows if row.get("kind") == "settings")
+    memory = settings["memory"]
+    lines = [
+        f"memory {format_bytes(memory)} ({memory} bytes), FLOP costs, cap {settings['cap']:g} extra forward pass "
+        f"(the 'no cap' column: none), optimal {settings['time_limit']:g} s per solve\n",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
+    methods = [row for row in stored.rows if "method" in row]
+    references = {row["model"]: row["capped"] for row in methods if row["method"] == REFERENCE}
+    lines += ["| " + " | ".join(cells(row, references.get(row["model"]))) + " |" for row in methods]
+    lines += [f"\nrun time {row['seconds']:.0f} s" for row in stored.rows if row.get("kind") == "total"]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -108,35 +165,15 @@ def main() -> None:
     parser.add_argument("--memory", default="16e9", help="bytes or a size (default 16e9, the paper's V100)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--verbose", action="store_true", help="log every batch size tried")
+    add_row_arguments(parser)
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.INFO if arguments.verbose else logging.WARNING, format="%(message)s")
     logging.getLogger("checkmate").setLevel(logging.WARNING)
     search_level = logging.INFO if arguments.verbose else logging.WARNING
     logging.getLogger("checkmate.experiments.batch_search").setLevel(search_level)
+    models = [name.strip() for name in arguments.models.split(",")]
     memory = parse_bytes(arguments.memory)
-    started = time.perf_counter()
-    print(
-        f"memory {format_bytes(memory)} ({memory} bytes), FLOP costs, cap {PAPER_CAP:g} extra forward pass "
-        f"(the 'no cap' column: none), optimal {arguments.time_limit:g} s per solve\n"
-    )
-    header = (
-        "model",
-        "method",
-        "max batch (cap)",
-        "max batch (no cap)",
-        f"vs {REFERENCE}",
-        "paper",
-        "overhead",
-        "extra fwd",
-        "nodes",
-        "sizes (solves)",
-        "seconds",
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for name in arguments.models.split(","):
-        model_rows(name.strip(), memory, arguments.time_limit)
-    print(f"\nrun time {time.perf_counter() - started:.0f} s")
+    measure_or_load(arguments, "max_batch", lambda: measure(models, memory, arguments.time_limit), render)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """HiGHS against SCIP on the same warm-started MILP, and our model against a straightforward HiGHS model.
 
-Usage: .venv/bin/python benchmarks/milp_backends.py [--time-limit 60] [--skip-reference]
+Usage: .venv/bin/python benchmarks/milp_backends.py [--time-limit 60] [--skip-reference] [--out]
+       .venv/bin/python benchmarks/milp_backends.py --from-json   # the tables again from benchmarks/results/
 
 Prints one row per (graph, budget, backend): stages, budget, status, cost, bound and solver seconds for our model
 handed straight to each backend with the best baseline as warm start; then, for the 32-layer chain at the sqrt(n)
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 
 import highspy
 
@@ -22,6 +24,7 @@ from checkmate.milp.formulation import decode, encode, encode_solution
 from checkmate.milp.problem import SolveOptions
 from checkmate.milp.scaling import memory_scale
 from checkmate.strategies.warm_start import best_baseline
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 CASES = [
     ("chain n=16", linear_graph(16), 0.5),
@@ -93,37 +96,68 @@ def solve_raw(
     return solution.status.value, cost, solution.bound or float("nan"), solution.solve_time
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--skip-reference", action="store_true")
-    args = parser.parse_args()
-    print(
-        f"{'graph':12} {'T':>4} {'budget':>6} {'backend':8} {'start':5} {'status':9} {'cost':>8} {'bound':>8} {'s':>7}"
-    )
-    ours: dict[str, float] = {}
+def measure(time_limit: float, skip_reference: bool) -> Iterator[Row]:
     for label, graph, fraction in CASES:
         budget = budget_of(graph, fraction)
         for backend in ("highs", "scip"):
-            status, cost, bound, seconds = solve_raw(graph, budget, backend, args.time_limit, warm=True)
-            ours[f"{label} {fraction} {backend}"] = seconds
-            print(
-                f"{label:12} {graph.size:4d} {budget:6d} {backend:8} {'warm':5} {status:9} {cost:8.2f} {bound:8.2f} "
-                f"{seconds:7.2f}",
-                flush=True,
-            )
-    if args.skip_reference:
+            status, cost, bound, seconds = solve_raw(graph, budget, backend, time_limit, warm=True)
+            yield {
+                "kind": "warm",
+                "graph": label,
+                "nodes": graph.size,
+                "fraction": fraction,
+                "budget": budget,
+                "backend": backend,
+                "status": status,
+                "cost": cost,
+                "bound": bound,
+                "seconds": seconds,
+            }
+    if skip_reference:
         return
     graph = linear_graph(32)
     budget = budget_of(graph, "sqrtn")
-    status, cost, bound, cold = solve_raw(graph, budget, "highs", args.time_limit, warm=False)
-    print(
-        f"ours, HiGHS, no warm start, chain n=32 at the sqrt(n) peak {budget}: {status}, cost {cost:.2f}, {cold:.2f} s"
-    )
-    status, cost, seconds = straightforward_highs(graph, budget, args.time_limit)
-    print(f"straightforward HiGHS model, same budget, no warm start: {status}, cost {cost:.2f}, {seconds:.2f} s")
-    warm = ours["chain n=32 sqrtn highs"]
-    print(f"time ratio straightforward / ours: cold {seconds / cold:.2f}, warm-started {seconds / warm:.2f}")
+    status, cost, bound, cold = solve_raw(graph, budget, "highs", time_limit, warm=False)
+    yield {"kind": "cold", "budget": budget, "status": status, "cost": cost, "seconds": cold}
+    status, cost, seconds = straightforward_highs(graph, budget, time_limit)
+    yield {"kind": "straightforward", "budget": budget, "status": status, "cost": cost, "seconds": seconds}
+
+
+def render(stored: Stored) -> str:
+    lines = [
+        f"{'graph':12} {'T':>4} {'budget':>6} {'backend':8} {'start':5} {'status':9} {'cost':>8} {'bound':>8} {'s':>7}"
+    ]
+    rows = {row["kind"]: row for row in stored.rows if row["kind"] != "warm"}
+    warm_chain = None
+    for row in stored.rows:
+        if row["kind"] != "warm":
+            continue
+        if (row["graph"], row["fraction"], row["backend"]) == ("chain n=32", "sqrtn", "highs"):
+            warm_chain = row["seconds"]
+        lines.append(
+            f"{row['graph']:12} {row['nodes']:4d} {row['budget']:6d} {row['backend']:8} {'warm':5} {row['status']:9} "
+            f"{row['cost']:8.2f} {row['bound']:8.2f} {row['seconds']:7.2f}"
+        )
+    if "cold" in rows and "straightforward" in rows and warm_chain is not None:
+        cold, straight = rows["cold"], rows["straightforward"]
+        lines += [
+            f"ours, HiGHS, no warm start, chain n=32 at the sqrt(n) peak {cold['budget']}: {cold['status']}, "
+            f"cost {cold['cost']:.2f}, {cold['seconds']:.2f} s",
+            f"straightforward HiGHS model, same budget, no warm start: {straight['status']}, "
+            f"cost {straight['cost']:.2f}, {straight['seconds']:.2f} s",
+            f"time ratio straightforward / ours: cold {straight['seconds'] / cold['seconds']:.2f}, "
+            f"warm-started {straight['seconds'] / warm_chain:.2f}",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--skip-reference", action="store_true")
+    add_row_arguments(parser)
+    args = parser.parse_args()
+    measure_or_load(args, "milp_backends", lambda: measure(args.time_limit, args.skip_reference), render)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ smallest feasible to the no-remat peak, all solves of both models in one pool of
 with `--ray ADDRESS`). The script writes the rows (`<out>/paper_sweeps.json`) and one plot per model
 (`<out>/paper_sweep_<model>.png`), prints the overhead tables, the solve times, Table 2 beside the paper's ratios,
 and checks that `optimal` is at or below every other method at every budget (it exits with status 1 if not).
+`--from-json` prints the same tables and check from stored rows, solving nothing.
 
     .venv/bin/python benchmarks/paper_sweeps.py --points 8 --time-limit 30
     .venv/bin/python benchmarks/paper_sweeps.py --models vgg16 --points 4 --ray local
+    .venv/bin/python benchmarks/paper_sweeps.py --from-json benchmarks/results/paper_sweeps_unet60.json
 
 The paper's U-Net is keras_segmentation's `vgg_unet` (a VGG16 encoder); the zoo's is the original U-Net. The paper's
 Table 2 uses FLOP costs like this script, its Figure 5 a V100 profile.
@@ -25,7 +27,7 @@ from pathlib import Path
 from checkmate.cli.sweep import capture_target
 from checkmate.experiments.parallel import make_runner
 from checkmate.experiments.plots import plot_sweep
-from checkmate.experiments.sweep import SweepRow, budget_grid, rows_to_json, run_tasks, sweep_tasks
+from checkmate.experiments.sweep import SweepRow, budget_grid, rows_from_json, rows_to_json, run_tasks, sweep_tasks
 from checkmate.experiments.tables import approximation_ratios, format_solve_times, format_sweep, solve_times
 
 # name -> (factory, the paper's batch size)
@@ -52,8 +54,14 @@ def main() -> int:
     parser.add_argument("--ray", metavar="ADDRESS", help="run on Ray ('local' starts an instance here)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for rows JSON and plots")
     parser.add_argument("--tag", default="paper_sweeps", help="file name of the rows JSON, without .json")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="?", const=DEFAULT_OUT / "paper_sweeps.json", metavar="PATH",
+        help="print the tables from stored rows, solving nothing (default benchmarks/results/paper_sweeps.json)",
+    )  # fmt: skip
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if arguments.from_json is not None:
+        return print_tables(rows_from_json(arguments.from_json.read_text()))
     methods = None if arguments.methods is None else arguments.methods.split(",")
     started = time.perf_counter()
     tasks = []
@@ -69,9 +77,9 @@ def main() -> int:
     def report(row: SweepRow) -> None:
         nonlocal done
         done += 1
-        overhead = "-" if row.overhead is None else f"{row.overhead:.4f}x"
+        ratio = "-" if row.compute_ratio is None else f"{row.compute_ratio:.4f}x"
         where = f"[{done}/{len(tasks)} {time.perf_counter() - started:6.0f} s]"
-        print(f"{where} {row.model} {row.method} {row.budget} {overhead} {row.status} {row.seconds:.1f} s", flush=True)
+        print(f"{where} {row.model} {row.method} {row.budget} {ratio} {row.status} {row.seconds:.1f} s", flush=True)
 
     solving = time.perf_counter()
     rows = run_tasks(tasks, make_runner(arguments.workers, arguments.ray), report)
@@ -80,6 +88,14 @@ def main() -> int:
     (arguments.out / f"{arguments.tag}.json").write_text(rows_to_json(rows))
     for model in dict.fromkeys(row.model for row in rows):
         plot_sweep([row for row in rows if row.model == model], arguments.out / f"{arguments.tag}_{model}.png")
+    status = print_tables(rows)
+    print(f"\ntotal {time.perf_counter() - started:.0f} s; rows and plots in {arguments.out}")
+    return status
+
+
+def print_tables(rows: list[SweepRow]) -> int:
+    """Print the overhead tables, the solve times, Table 2 beside the paper's and the check that `optimal` is at or
+    below every other method; 1 when the check fails, else 0."""
     print(format_sweep(rows))
     print()
     print(format_solve_times(solve_times(rows)))
@@ -90,18 +106,24 @@ def main() -> int:
     print("optimal at or below every other method at every budget: " + ("yes" if not violations else "NO"))
     for line in violations:
         print("  " + line)
-    print(f"\ntotal {time.perf_counter() - started:.0f} s; rows and plots in {arguments.out}")
     return 1 if violations else 0
 
 
 def table2_beside_paper(rows: list[SweepRow]) -> str:
-    """Each method's geometric-mean ratio to optimal, per model, next to the paper's Table 2 value."""
-    lines = ["| model | method | paper column | ours: geomean (max, budgets) | paper |", "|---|---|---|---:|---:|"]
+    """Each method's geometric-mean ratio to optimal, per model, next to the paper's Table 2 value; the mean is over
+    the budgets where both have a plan, and the cell says how many of the budgets tried that is."""
+    lines = [
+        "| model | method | paper column | ours: geomean (max, budgets with both plans of those tried) | paper |",
+        "|---|---|---|---:|---:|",
+    ]
     for ratio in approximation_ratios(rows):
         column, paper = PAPER_TABLE2.get(ratio.method, ("-", {}))
         base = ratio.model.split("_b")[0]
         theirs = paper.get(base)
-        ours = "-" if ratio.geomean is None else f"{ratio.geomean:.2f}x ({ratio.maximum:.2f}x, {ratio.budgets})"
+        tried = len({row.budget for row in rows if (row.model, row.method) == (ratio.model, ratio.method)})
+        ours = f"- (0 of {tried})"
+        if ratio.geomean is not None:
+            ours = f"{ratio.geomean:.2f}x ({ratio.maximum:.2f}x, {ratio.budgets} of {tried})"
         paper_text = "-" if theirs is None else f"{theirs:.2f}x"
         lines.append(f"| {ratio.model} | {ratio.method} | {column} | {ours} | {paper_text} |")
     return "\n".join(lines)

@@ -153,28 +153,37 @@ def ratio_table(rows: Sequence[Row]) -> str:
 
 
 def ratio_summary(rows: Sequence[Row]) -> str:
-    """Geometric mean of ours/peer step time per peer tool, over the levels where ours fit the peer's peak."""
+    """Geometric mean of ours/peer step time per peer tool, over the levels where ours fit the peer's peak. Every level
+    counts: the table says of how many levels that mean is, and names the levels where ours has no plan (or ran
+    over the peer's peak) instead of leaving them out unsaid."""
     buckets: dict[tuple[str, str], list[float]] = defaultdict(list)
+    levels: dict[tuple[str, str], int] = defaultdict(int)
     over: dict[tuple[str, str], int] = defaultdict(int)
+    missing: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for entry in ratio_rows(rows):
         key = (entry["method"], entry["peer"].tool)
+        levels[key] += 1
         if "time_ratio" not in entry:
-            continue
-        if entry.get("peak_ratio", 0) > 1 + MATCH_TOLERANCE:
+            missing[key][entry["model"]].append(_mib(entry["peer"].measured_peak))
+        elif entry.get("peak_ratio", 0) > 1 + MATCH_TOLERANCE:
             over[key] += 1
-            continue
-        buckets[key].append(entry["time_ratio"])
+        else:
+            buckets[key].append(entry["time_ratio"])
     lines = [
-        "| ours | peer tool | levels where ours fit | geo. mean time ours/peer | best | worst | levels where ours read "
-        "over the peer's peak |",
-        "|---|---|---|---|---|---|---|",
+        "| ours | peer tool | levels where ours fit, of all | geo. mean time ours/peer | best | worst | levels where "
+        "ours read over the peer's peak | levels where ours has no plan (peer peak MiB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for key in sorted(set(buckets) | set(over)):
+    for key in sorted(levels):
         ratios = buckets.get(key, [])
         mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else math.nan
         best = f"{min(ratios):.2f}" if ratios else ""
         worst = f"{max(ratios):.2f}" if ratios else ""
-        lines.append(f"| {key[0]} | {key[1]} | {len(ratios)} | {mean:.2f} | {best} | {worst} | {over.get(key, 0)} |")
+        absent = "; ".join(f"{model}: {', '.join(peaks)}" for model, peaks in missing[key].items()) or "none"
+        lines.append(
+            f"| {key[0]} | {key[1]} | {len(ratios)} of {levels[key]} | {mean:.2f} | {best} | {worst} | "
+            f"{over.get(key, 0)} | {absent} |"
+        )
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ traced `native_dropout` scales in float, so in bf16 the two differ by rounding (
 
     .venv/bin/python benchmarks/real_models.py                 # every row at 0.7 (ResNet at 0.87)
     .venv/bin/python benchmarks/real_models.py --rows gpt2,t5 --time-limit 60
+    .venv/bin/python benchmarks/real_models.py --out          # rows to benchmarks/results/real_models.json
+    .venv/bin/python benchmarks/real_models.py --from-json    # the table again from them
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import argparse
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +31,8 @@ from torch import nn
 import checkmate
 from checkmate import CheckmateError
 from checkmate.units import format_bytes
+from rows import Row as StoredRow
+from rows import Stored, add_row_arguments, measure_or_load
 
 Built = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]
 BATCH, LENGTH, VOCAB, WIDTH = 4, 32, 256, 64
@@ -217,8 +221,8 @@ def compare(model: nn.Module, reference: nn.Module, loss: torch.Tensor, expected
     return worst
 
 
-def run_row(row: Row, *, budget: float, time_limit: float) -> list[str]:
-    """Compile the row's step, run two steps beside eager, and return the table cells."""
+def run_row(row: Row, *, budget: float, time_limit: float) -> StoredRow:
+    """Compile the row's step, run two steps beside eager, and return what the table shows."""
     torch.manual_seed(0)
     model, loss_fn, batch = row.build()
     model.train()
@@ -239,23 +243,68 @@ def run_row(row: Row, *, budget: float, time_limit: float) -> list[str]:
         worst = float("inf") if difference is None else max(worst, difference)
         measured = max(measured, step.report().measured_peak or 0)
     report = step.report()
-    if worst == 0.0:
-        equal = "yes, bit for bit"
-    elif worst == float("inf"):
+    return {
+        "label": row.label,
+        "nodes": report.nodes,
+        "budget": budget,
+        "no_remat_peak": report.no_remat_peak,
+        "planned_peak": report.planned_peak,
+        "measured_peak": measured,
+        "planned_overhead": report.planned_extra_compute,
+        "status": report.status,
+        "difference": None if worst == float("inf") else worst,
+        "seconds": planning,
+    }
+
+
+HEADER = [
+    "model",
+    "nodes",
+    "budget",
+    "planned peak",
+    "measured peak (within plan)",
+    "planned overhead",
+    "loss, grads, buffers equal eager",
+    "capture + plan s",
+]
+
+
+def cells(row: StoredRow) -> list[str]:
+    """The table's cells for one stored row."""
+    if "error" in row:
+        return [row["label"], f"fails: {row['error']}", *[""] * (len(HEADER) - 2)]
+    if row["difference"] is None:
         equal = "no: a `.grad` is set on one side only"
+    elif row["difference"] == 0.0:
+        equal = "yes, bit for bit"
     else:
-        equal = f"to rounding: largest difference {worst:.1e} of the value"
-    within = "yes" if measured <= report.planned_peak else "NO"
+        equal = f"to rounding: largest difference {row['difference']:.1e} of the value"
+    within = "yes" if row["measured_peak"] <= row["planned_peak"] else "NO"
     return [
-        row.label,
-        str(report.nodes),
-        f"{budget:.2f} of {format_bytes(report.no_remat_peak)}",
-        format_bytes(report.planned_peak),
-        f"{format_bytes(measured)} ({within})",
-        f"{report.planned_overhead:+.1%} ({report.status})",
+        row["label"],
+        str(row["nodes"]),
+        f"{row['budget']:.2f} of {format_bytes(row['no_remat_peak'])}",
+        format_bytes(row["planned_peak"]),
+        f"{format_bytes(row['measured_peak'])} ({within})",
+        f"{row['planned_overhead']:+.1%} ({row['status']})",
         equal,
-        f"{planning:.1f}",
+        f"{row['seconds']:.1f}",
     ]
+
+
+def measure(names: list[str], budget: float, time_limit: float) -> Iterator[StoredRow]:
+    for name in names:
+        row = ROWS[name]
+        try:
+            yield run_row(row, budget=row.budget or budget, time_limit=time_limit)
+        except CheckmateError as error:
+            yield {"label": row.label, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def render(stored: Stored) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cells(row)) + " |" for row in stored.rows]
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -264,28 +313,12 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
     parser.add_argument("--budget", type=float, default=0.7, help="fraction of the no-remat peak (default 0.7)")
     parser.add_argument("--time-limit", type=float, default=20.0, help="seconds for each solve (default 20)")
+    add_row_arguments(parser)
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     transformers.logging.set_verbosity_error()
-    header = [
-        "model",
-        "nodes",
-        "budget",
-        "planned peak",
-        "measured peak (within plan)",
-        "planned overhead",
-        "loss, grads, buffers equal eager",
-        "capture + plan s",
-    ]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for name in arguments.rows.split(","):
-        row = ROWS[name]
-        try:
-            cells = run_row(row, budget=row.budget or arguments.budget, time_limit=arguments.time_limit)
-        except CheckmateError as error:
-            cells = [row.label, f"fails: {type(error).__name__}: {str(error)[:300]}", *[""] * (len(header) - 2)]
-        print("| " + " | ".join(cells) + " |", flush=True)
+    names = arguments.rows.split(",")
+    measure_or_load(arguments, "real_models", lambda: measure(names, arguments.budget, arguments.time_limit), render)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """How much a rounding-sized change of one activation moves the gradients of the full-size ResNet of `peers.py`.
 
-    .venv/bin/python benchmarks/rounding_sensitivity.py
+    .venv/bin/python benchmarks/rounding_sensitivity.py [--out]
+    .venv/bin/python benchmarks/rounding_sensitivity.py --from-json   # the table again from benchmarks/results/
 
 Fused runs (`checkmate.inductor.segments`) compute BatchNorm, the residual add and ReLU in one Inductor loop, which
 rounds otherwise than one function per node: on this model the output of `stages.2` differs by a few 1e-6. This
 script shows what such a difference does in plain eager PyTorch: it adds uniform noise of a given size to the
 positive entries of `stages.2`'s output and prints the largest gradient difference from the unperturbed step
 (relative to each parameter's largest gradient), then the same figure for `checkmate.compile` with the Inductor
-executor at a budget whose plan recomputes (fused runs, then one function per node).
+executor in the model's own (contiguous) layout at a budget whose plan recomputes (fused runs, then one function per
+node).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import checkmate.inductor.program
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_tools import prepare_model, workloads
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 
 def worst(model: torch.nn.Module, reference: torch.nn.Module) -> float:
@@ -51,31 +55,45 @@ def compiled(model: torch.nn.Module, loss_fn: Any, batch: Any, reference: torch.
     copied = copy.deepcopy(model)
     step = checkmate.compile(
         copied, loss_fn, batch, budget=int(mib * 2**20), executor="inductor", time_limit=15,
-        gradient_memory="when_made", measure_memory="first",
+        gradient_memory="when_made", measure_memory="first", channels_last=False,
     )  # fmt: skip
     step(*batch)
     return worst(copied, reference)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=float, default=19.9, help="the budget of the compiled step, MiB")
-    arguments = parser.parse_args()
+def measure(mib: float) -> Iterator[Row]:
     torch.set_num_threads(1)
     workload = {workload.name: workload for workload in workloads("full")}["ResNet"]
     model, loss_fn, batch = prepare_model(workload, torch.device("cpu"))
     reference = copy.deepcopy(model)
     loss_fn(reference, *batch).backward()
-    print("| change | largest gradient difference from eager |")
-    print("|---|---:|")
     for size in (1e-6, 3e-6, 1e-5):
-        print(f"| eager, `stages.2` output ±{size:.0e} | {perturbed(model, loss_fn, batch, reference, size):.1e} |")
-    fused = compiled(model, loss_fn, batch, reference, arguments.mib)
-    print(f"| `executor='inductor'` at {arguments.mib} MiB, fused runs | {fused:.1e} |")
+        yield {"change": "noise", "size": size, "difference": perturbed(model, loss_fn, batch, reference, size)}
+    yield {"change": "fused", "mib": mib, "difference": compiled(model, loss_fn, batch, reference, mib)}
     program_module = checkmate.inductor.program
     program_module.fused_steps = lambda captured, kernels, device, schedule: schedule.steps  # type: ignore[assignment]
-    per_node = compiled(model, loss_fn, batch, reference, arguments.mib)
-    print(f"| the same, one function per node | {per_node:.1e} |")
+    yield {"change": "per node", "mib": mib, "difference": compiled(model, loss_fn, batch, reference, mib)}
+
+
+def render(stored: Stored) -> str:
+    lines = ["| change | largest gradient difference from eager |", "|---|---:|"]
+    for row in stored.rows:
+        if row["change"] == "noise":
+            change = f"eager, `stages.2` output ±{row['size']:.0e}"
+        elif row["change"] == "fused":
+            change = f"`executor='inductor'` at {row['mib']} MiB, fused runs"
+        else:
+            change = "the same, one function per node"
+        lines.append(f"| {change} | {row['difference']:.1e} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=float, default=19.9, help="the budget of the compiled step, MiB")
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    measure_or_load(arguments, "rounding_sensitivity", lambda: measure(arguments.mib), render)
 
 
 if __name__ == "__main__":

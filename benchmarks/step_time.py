@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/step_time.py            # ResNet and GPT, budgets 100/80/65/50 %
     .venv/bin/python benchmarks/step_time.py --quick    # smaller models, two budgets
     .venv/bin/python benchmarks/step_time.py --overhead --repeats 50   # the executor's overhead alone
+    .venv/bin/python benchmarks/step_time.py --out        # rows to benchmarks/results/step_time.json
+    .venv/bin/python benchmarks/step_time.py --from-json  # the table again from them
 
 For each model: eager's step time and live-tensor peak; then, per budget, the plan (method, planned peak,
 planned compute overhead from profiled op times) beside the measured peak of the first call and the
@@ -23,8 +25,9 @@ import argparse
 import copy
 import functools
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -33,6 +36,7 @@ import checkmate
 from checkmate import zoo
 from checkmate.execute import eager_peak
 from checkmate.units import format_bytes
+from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {
     "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=32, image_size=32, width=16, blocks=(1, 1, 1)),
@@ -62,7 +66,9 @@ def interleaved_medians(functions: list[Callable[[], Any]], repeats: int) -> lis
     return [statistics.median(sink) for sink in times]
 
 
-def benchmark_model(name: str, factory: Callable[[], Any], budgets: list[float], args: argparse.Namespace) -> list[str]:
+def benchmark_model(
+    name: str, factory: Callable[[], Any], budgets: list[float], args: argparse.Namespace
+) -> Iterator[Row]:
     model, loss_fn, batch = factory()
     model.train()
     eager_model = copy.deepcopy(model)
@@ -73,7 +79,6 @@ def benchmark_model(name: str, factory: Callable[[], Any], budgets: list[float],
     eager_bytes = eager_peak(copy.deepcopy(model), loss_fn, batch)
     no_remat_model = copy.deepcopy(model)
     no_remat = checkmate.compile(no_remat_model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
-    rows = []
     for budget in budgets:
         method = "checkpoint_all" if budget == 1.0 else "optimal"
         options = {"time_limit": args.time_limit} if method == "optimal" else {}
@@ -82,26 +87,31 @@ def benchmark_model(name: str, factory: Callable[[], Any], budgets: list[float],
                 model, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, **options
             )
         except checkmate.InfeasibleBudget as error:
-            rows.append(f"| {name} | {budget:.0%} | infeasible: {error} | | | | | | |")
+            yield {"kind": "budget", "model": name, "budget": budget, "error": str(error)}
             continue
         model.zero_grad(set_to_none=True)  # the measured first call starts without .grad, as after zero_grad()
         step(*batch)
         functions = [functools.partial(step, *batch), functools.partial(no_remat, *batch), eager_step]
         compiled_time, no_remat_time, eager_time = interleaved_medians(functions, args.repeats)
         report = step.report()
-        slowdown = f"{compiled_time / no_remat_time - 1:+.1%}"
-        rows.append(
-            f"| {name} | {budget:.0%} | {report.method} ({report.status}) | {format_bytes(report.planned_peak)} | "
-            f"{format_bytes(report.measured_peak or 0)} | {format_bytes(eager_bytes)} | "
-            f"{report.planned_overhead:+.1%} | {slowdown} | {compiled_time * 1e3:.1f} / {eager_time * 1e3:.1f} "
-            f"({compiled_time / eager_time - 1:+.1%}) |"
-        )
-        print(rows[-1], flush=True)
-    return rows
+        yield {
+            "kind": "budget",
+            "model": name,
+            "budget": budget,
+            "method": report.method,
+            "status": report.status,
+            "planned_peak": report.planned_peak,
+            "measured_peak": report.measured_peak or 0,
+            "eager_peak": eager_bytes,
+            "planned_overhead": report.planned_extra_compute,
+            "compiled_ms": compiled_time * 1e3,
+            "no_remat_ms": no_remat_time * 1e3,
+            "eager_ms": eager_time * 1e3,
+        }
 
 
-def executor_overhead(name: str, factory: Callable[[], Any], repeats: int) -> str:
-    """One table row: the compiled no-recomputation step and eager, interleaved medians, and their difference."""
+def executor_overhead(name: str, factory: Callable[[], Any], repeats: int) -> Row:
+    """The compiled no-recomputation step and eager, interleaved medians."""
     model, loss_fn, batch = factory()
     model.train()
     eager_model = copy.deepcopy(model)
@@ -113,10 +123,55 @@ def executor_overhead(name: str, factory: Callable[[], Any], repeats: int) -> st
         loss_fn(eager_model, *batch).backward()
 
     compiled_time, eager_time = interleaved_medians([functools.partial(step, *batch), eager_step], repeats)
+    return {
+        "kind": "overhead",
+        "model": name,
+        "nodes": step.graph.size,
+        "compiled_ms": compiled_time * 1e3,
+        "eager_ms": eager_time * 1e3,
+    }
+
+
+BUDGET_HEADER = (
+    "| model | budget | plan | planned peak | measured peak | eager peak | planned overhead "
+    "| measured slowdown vs no-remat | step ms compiled / eager (vs eager) |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)
+OVERHEAD_HEADER = "| model | graph nodes | compiled no-remat ms | eager ms | overhead ms |\n|---|---|---|---|---|"
+
+
+def line(row: Row) -> str:
+    """One markdown row of the budget table or of the overhead table."""
+    if "error" in row:
+        return f"| {row['model']} | {row['budget']:.0%} | infeasible: {row['error']} | | | | | | |"
+    compiled, eager = row["compiled_ms"], row["eager_ms"]
+    if row["kind"] == "overhead":
+        return f"| {row['model']} | {row['nodes']} | {compiled:.2f} | {eager:.2f} | {compiled - eager:+.2f} |"
     return (
-        f"| {name} | {step.graph.size} | {compiled_time * 1e3:.2f} | {eager_time * 1e3:.2f} | "
-        f"{(compiled_time - eager_time) * 1e3:+.2f} |"
+        f"| {row['model']} | {row['budget']:.0%} | {row['method']} ({row['status']}) | "
+        f"{format_bytes(row['planned_peak'])} | {format_bytes(row['measured_peak'])} | "
+        f"{format_bytes(row['eager_peak'])} | {row['planned_overhead']:+.1%} | "
+        f"{compiled / row['no_remat_ms'] - 1:+.1%} | {compiled:.1f} / {eager:.1f} ({compiled / eager - 1:+.1%}) |"
     )
+
+
+def measure(args: argparse.Namespace) -> Iterator[Row]:
+    torch.set_num_threads(1)
+    if args.overhead:
+        rows = (executor_overhead(name, factory, args.repeats) for name, factory in OVERHEAD_MODELS.items())
+    else:
+        models = QUICK_MODELS if args.quick else MODELS
+        budgets = [1.0, 0.5] if args.quick else [1.0, 0.8, 0.65, 0.5]
+        rows = (row for name, factory in models.items() for row in benchmark_model(name, factory, budgets, args))
+    for row in rows:
+        print(line(row), file=sys.stderr, flush=True)
+        yield row
+
+
+def render(stored: Stored) -> str:
+    lines = [line(row) for row in stored.rows]
+    header = OVERHEAD_HEADER if stored.rows and stored.rows[0]["kind"] == "overhead" else BUDGET_HEADER
+    return header + "\n" + "\n".join(lines)
 
 
 def main() -> None:
@@ -126,25 +181,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
     parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    add_row_arguments(parser)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    if args.overhead:
-        print("| model | graph nodes | compiled no-remat ms | eager ms | overhead ms |\n|---|---|---|---|---|")
-        for name, factory in OVERHEAD_MODELS.items():
-            print(executor_overhead(name, factory, args.repeats), flush=True)
-        return
-    models = QUICK_MODELS if args.quick else MODELS
-    budgets = [1.0, 0.5] if args.quick else [1.0, 0.8, 0.65, 0.5]
-    header = (
-        "| model | budget | plan | planned peak | measured peak | eager peak | planned overhead "
-        "| measured slowdown vs no-remat | step ms compiled / eager (vs eager) |\n"
-        "|---|---|---|---|---|---|---|---|---|"
-    )
-    print(header, flush=True)
-    rows = [row for name, factory in models.items() for row in benchmark_model(name, factory, budgets, args)]
-    print()
-    print(header)
-    print("\n".join(rows))
+    measure_or_load(args, "step_time_overhead" if args.overhead else "step_time", lambda: measure(args), render)
 
 
 if __name__ == "__main__":
