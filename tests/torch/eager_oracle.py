@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from checkmate.execute import measure_peak, step_baseline, storage_bytes
+from checkmate.plan import cheapest_r, make_plan
 from checkmate.torch_capture import random_state_bytes
 from checkmate.training.compiled import CompiledStep
 
@@ -39,6 +41,13 @@ def assert_same_state(model: nn.Module, reference: nn.Module, context: str, *, e
             assert got.grad.stride() == want.grad.stride(), f"{context}: {name}.grad has another layout"
     for (name, got), (_, want) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
         assert_equal(got, want, f"{context}: buffer {name} differs", exact=exact)
+
+
+def recompute_everything(step: CompiledStep) -> None:
+    """Make `step` run the plan that holds nothing between stages: every value is recomputed where it is read."""
+    size = step.graph.size
+    nothing = np.zeros((size, size), dtype=bool)
+    step.use_plan(make_plan(step.graph, cheapest_r(step.graph, nothing), nothing, method="recompute_everything"))
 
 
 def measured_call(step: CompiledStep, batch: tuple[Any, ...]) -> tuple[torch.Tensor, int]:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 import torch
-from eager_oracle import assert_same_state, measured_call
+from eager_oracle import assert_same_state, measured_call, recompute_everything
 from torch import nn
 
 import checkmate
-from checkmate import cheapest_r, make_plan
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
@@ -91,9 +89,7 @@ def test_recomputed_dropout_draws_eager_s_masks(device: str) -> None:
     step = checkmate.compile(
         model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="flops", measure_memory="never"
     )
-    size = step.graph.size
-    nothing = np.zeros((size, size), dtype=bool)
-    step.use_plan(make_plan(step.graph, cheapest_r(step.graph, nothing), nothing, method="recompute_everything"))
+    recompute_everything(step)
     random_nodes = sorted(step.captured.random_nodes)
     assert random_nodes and (step.plan.R[:, random_nodes].sum(axis=0) > 1).all(), "every dropout is recomputed"
     for seed in (3, 4):
