@@ -94,9 +94,7 @@ def test_the_inductor_executor_rewrites_only_for_a_budget_that_needs_it() -> Non
     }
     roomy = checkmate.compile(copy.deepcopy(model), loss_fn, batch, budget=1.0, **options)
     assert not _masks(roomy.captured), "a budget the first capture meets keeps the ATen backward ops"
-    smallest = checkmate.minimum_budget(roomy.graph, time_limit=120)
-    assert smallest.exact and smallest.upper is not None, "the first capture's smallest budget must be proven"
-    below = smallest.upper - 1  # what the first capture cannot meet
+    below = checkmate.minimum_budget(roomy.graph, time_limit=5).lower - 1  # proven beyond the first capture
 
     tight = checkmate.compile(copy.deepcopy(model), loss_fn, batch, budget=below, **options)
     assert _masks(tight.captured), "a budget below the first capture's smallest is met by the rewritten graph"
