@@ -56,6 +56,7 @@ def peak_range(
         backend: the MILP backend.
         load_seconds_per_variable: the MILP is not solved when less time is left than this times its variables
             (the solver would overrun the limit loading it); the range is then the floor and the start's peak.
+            Otherwise the solver's own limit is what is left after that load time.
     """
     started = time.perf_counter()
     scale = memory_scale(graph)
@@ -69,12 +70,13 @@ def peak_range(
     left = max(0.0, time_limit - (time.perf_counter() - started))  # building the problem took part of the time
     upper = None if start_plan is None else start_plan.peak_memory
     floor = activation_floor(graph)
-    if left < peak_problem.num_variables * load_seconds_per_variable:
+    load = peak_problem.num_variables * load_seconds_per_variable
+    if left < load:
         log.info(
             "the peak-minimising MILP (%d variables) not solved: %.2f s is too little", peak_problem.num_variables, left
         )
         return BudgetRange(lower=floor, upper=upper)
-    options = SolveOptions(time_limit=left, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
+    options = SolveOptions(time_limit=left - load, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
     if solution.x is not None:
         R, S = decode(solution.x, index)

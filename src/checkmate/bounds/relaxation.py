@@ -54,12 +54,14 @@ def relaxation(
     scale = relaxed_scale(memory_scale(graph), graph)
     problem, index = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
     trivial = float(graph.costs.sum())
-    if time_limit is not None and time_limit < problem.num_variables * load_seconds_per_variable:
+    load = problem.num_variables * load_seconds_per_variable
+    if time_limit is not None and time_limit < load:
         log.info(
             "the LP relaxation (%d variables) was not solved: %.2f s is too little", problem.num_variables, time_limit
         )
         return Relaxation(trivial, None)
-    solution = lp_backend().solve(problem.relaxed(), SolveOptions(time_limit=time_limit, should_stop=should_stop))
+    solver_limit = None if time_limit is None else time_limit - load  # the solver loads it outside its own clock
+    solution = lp_backend().solve(problem.relaxed(), SolveOptions(time_limit=solver_limit, should_stop=should_stop))
     if solution.status is SolveStatus.INFEASIBLE:
         return Relaxation(None, None)
     S_fractional = None if solution.x is None else decode_fractional(solution.x, index)[1]

@@ -179,7 +179,8 @@ def _relaxation(
     )
     if policy.too_little_time(control.remaining(), problem.num_variables):
         return None
-    options = SolveOptions(time_limit=control.remaining(), should_stop=lambda: control.stopped)
+    time_limit = policy.solver_time_limit(control.remaining(), problem.num_variables)
+    options = SolveOptions(time_limit=time_limit, should_stop=lambda: control.stopped)
     solution = lp_backend().solve(problem.relaxed(), options)
     if solution.x is None:
         log.info("the LP at ε = %g has no solution (%s)", epsilon, solution.status.value)

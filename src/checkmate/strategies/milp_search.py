@@ -108,7 +108,7 @@ def solve_milp(
             raise _nothing_found(graph, budget, None, control.time_limit, message_time, method)
         return final_plan(graph, budget, fallback, proven=False, bound=first_bound, started=started, method=method)
     options = SolveOptions(
-        time_limit=control.remaining(),
+        time_limit=policy.solver_time_limit(control.remaining(), problem.num_variables),
         mip_gap=settings.mip_gap,
         threads=settings.threads,
         verbose=settings.verbose,

@@ -35,7 +35,7 @@ class SearchPolicy:
             variables. HiGHS loads and presolves these models without checking its clock: a 71k-variable LP (a
             150-node graph) took 2.3 s to return under a 0.01 s limit, a 54k one 0.7 s, a 15k one 0.3 s (this
             machine, 2 cores); SCIP is slower still. A solve given less time overruns the caller's limit and rarely
-            improves on its warm start.
+            improves on its warm start. A solve given more gets that load time less as its own limit.
         cost_tolerance: a plan is cheaper than another, or meets a bound, only by more than this (cost units).
         solver_tolerance: how far a solver's answer may be off its model (a warm start's violation, an objective).
     """
@@ -61,6 +61,11 @@ class SearchPolicy:
     def too_little_time(self, remaining: float | None, num_variables: int) -> bool:
         """Whether `remaining` seconds are too few to hand a model of `num_variables` variables to a solver."""
         return remaining is not None and remaining < num_variables * self.load_seconds_per_variable
+
+    def solver_time_limit(self, remaining: float | None, num_variables: int) -> float | None:
+        """The time limit to give a solver of a model of `num_variables` variables when `remaining` seconds are
+        left: what is left after loading it, which the solver does outside its own clock."""
+        return None if remaining is None else max(0.0, remaining - num_variables * self.load_seconds_per_variable)
 
     def meets(self, cost: float, bound: float, gap: float = 0.0) -> bool:
         """Whether a plan of `cost` is proven within the relative `gap` of the lower `bound`."""
