@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from checkmate.bounds.floor import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
-from checkmate.milp.backends.policy import LP_BACKEND
+from checkmate.milp.backends.policy import LP_BACKEND, solver_time_limit, too_little_time
 from checkmate.milp.formulation import decode, encode, encode_solution, moment_retained, moment_usage
 from checkmate.milp.problem import MilpProblem, SolveOptions
 from checkmate.milp.scaling import memory_scale
@@ -70,13 +70,13 @@ def peak_range(
     left = max(0.0, time_limit - (time.perf_counter() - started))  # building the problem took part of the time
     upper = None if start_plan is None else start_plan.peak_memory
     floor = activation_floor(graph)
-    load = peak_problem.num_variables * load_seconds_per_variable
-    if left < load:
+    if too_little_time(left, peak_problem.num_variables, load_seconds_per_variable):
         log.info(
             "the peak-minimising MILP (%d variables) not solved: %.2f s is too little", peak_problem.num_variables, left
         )
         return BudgetRange(lower=floor, upper=upper)
-    options = SolveOptions(time_limit=left - load, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
+    limit = solver_time_limit(left, peak_problem.num_variables, load_seconds_per_variable)
+    options = SolveOptions(time_limit=limit, mip_gap=0.0, mip_abs_gap=0.999)  # the peak is whole units
     solution = get_backend(backend).solve(peak_problem, options, start)
     if solution.x is not None:
         R, S = decode(solution.x, index)

@@ -16,6 +16,7 @@ import numpy as np
 from checkmate.bounds.floor import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import lp_backend
+from checkmate.milp.backends.policy import solver_time_limit, too_little_time
 from checkmate.milp.formulation import decode_fractional, encode
 from checkmate.milp.problem import SolveOptions, SolveStatus
 from checkmate.milp.scaling import memory_scale, relaxed_scale
@@ -54,13 +55,12 @@ def relaxation(
     scale = relaxed_scale(memory_scale(graph), graph)
     problem, index = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
     trivial = float(graph.costs.sum())
-    load = problem.num_variables * load_seconds_per_variable
-    if time_limit is not None and time_limit < load:
+    if too_little_time(time_limit, problem.num_variables, load_seconds_per_variable):
         log.info(
             "the LP relaxation (%d variables) was not solved: %.2f s is too little", problem.num_variables, time_limit
         )
         return Relaxation(trivial, None)
-    solver_limit = None if time_limit is None else time_limit - load  # the solver loads it outside its own clock
+    solver_limit = solver_time_limit(time_limit, problem.num_variables, load_seconds_per_variable)
     solution = lp_backend().solve(problem.relaxed(), SolveOptions(time_limit=solver_limit, should_stop=should_stop))
     if solution.status is SolveStatus.INFEASIBLE:
         return Relaxation(None, None)

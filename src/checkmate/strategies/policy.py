@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkmate.milp.backends.policy import solver_time_limit, too_little_time
+
 
 @dataclass(frozen=True)
 class SearchPolicy:
@@ -60,12 +62,12 @@ class SearchPolicy:
 
     def too_little_time(self, remaining: float | None, num_variables: int) -> bool:
         """Whether `remaining` seconds are too few to hand a model of `num_variables` variables to a solver."""
-        return remaining is not None and remaining < num_variables * self.load_seconds_per_variable
+        return too_little_time(remaining, num_variables, self.load_seconds_per_variable)
 
     def solver_time_limit(self, remaining: float | None, num_variables: int) -> float | None:
         """The time limit to give a solver of a model of `num_variables` variables when `remaining` seconds are
         left: what is left after loading it, which the solver does outside its own clock."""
-        return None if remaining is None else max(0.0, remaining - num_variables * self.load_seconds_per_variable)
+        return solver_time_limit(remaining, num_variables, self.load_seconds_per_variable)
 
     def meets(self, cost: float, bound: float, gap: float = 0.0) -> bool:
         """Whether a plan of `cost` is proven within the relative `gap` of the lower `bound`."""

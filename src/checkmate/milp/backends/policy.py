@@ -17,6 +17,17 @@ PORTFOLIO_VARIABLES = 20_000
 LP_BACKEND = "highs"
 
 
+def too_little_time(remaining: float | None, num_variables: int, seconds_per_variable: float) -> bool:
+    """Whether `remaining` seconds are too few to hand a model of `num_variables` variables to a solver that loads
+    it at `seconds_per_variable` (outside its own clock)."""
+    return remaining is not None and remaining < num_variables * seconds_per_variable
+
+
+def solver_time_limit(remaining: float | None, num_variables: int, seconds_per_variable: float) -> float | None:
+    """The time limit to give such a solver when `remaining` seconds are left: what is left after loading."""
+    return None if remaining is None else max(0.0, remaining - num_variables * seconds_per_variable)
+
+
 def choose_backend(name: str, num_variables: int, installed: Callable[[], tuple[str, ...]]) -> str:
     """Resolve "auto" to a concrete backend among `installed()` (the portfolio for a problem this large); any other
     name is returned as it is."""
