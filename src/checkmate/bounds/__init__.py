@@ -2,7 +2,8 @@
 
 * `floor`: the activation floor, a budget below which no schedule exists (instant);
 * `relaxation`: the paper's LP relaxation, a lower bound on cost (and the point `approx` rounds);
-* `retention`: the retention bound, a lower bound on cost for graphs too large for the LP;
+* `retention`: the retention bound, a lower bound on cost for graphs too large for the LP (its gaps and rows in
+  `gaps`, and the input cover that charges a recomputation for its dead inputs in `input_cover`);
 * `peak`: a bracket of the smallest feasible budget (the peak-minimising MILP).
 """
 

@@ -75,7 +75,10 @@ def starting_plans(
     if not clock.stopped:
         try:
             found = retention_bound(
-                graph, budget, time_limit=clock.share(policy.retention_share, minimum=policy.retention_minimum)
+                graph,
+                budget,
+                time_limit=clock.share(policy.retention_share, minimum=policy.retention_minimum),
+                load_seconds_per_variable=policy.load_seconds_per_variable,
             )
         except InfeasibleBudget:
             raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
