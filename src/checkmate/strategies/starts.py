@@ -37,10 +37,12 @@ class Starts:
     Attributes:
         best: the cheapest starting plan within the budget, or None when none fits.
         bound: a proven lower bound on the cost of any plan within the budget (at least each node once).
+        bound_is_final: True when `bound` is the retention MILP's optimum: more time would not raise it.
     """
 
     best: Plan | None
     bound: float
+    bound_is_final: bool = False
 
 
 def starting_plans(
@@ -72,6 +74,7 @@ def starting_plans(
         )
         clock.report("baselines", cost=plans[-1].cost)
     bound = float(graph.costs.sum())
+    bound_is_final = False
     if not clock.stopped:
         try:
             found = retention_bound(
@@ -83,6 +86,7 @@ def starting_plans(
         except InfeasibleBudget:
             raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
         bound = max(bound, found.bound)
+        bound_is_final = found.proven
         clock.report("retention bound", bound=bound)
         if found.held is not None:
             R, S = prune_checkpoints(graph, cheapest_r(graph, found.held), found.held)
@@ -93,4 +97,4 @@ def starting_plans(
                 clock.report("retention start", cost=plans[-1].cost)
     best = cheapest_fitting(plans, budget)
     log.info("starting plan: %s; bound %.6g", "none" if best is None else f"cost {best.cost:.6g}", bound)
-    return Starts(best, bound)
+    return Starts(best, bound, bound_is_final)
