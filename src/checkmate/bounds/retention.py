@@ -81,7 +81,12 @@ class RetentionBound:
 
 
 def retention_bound(
-    graph: Graph, budget: int, *, time_limit: float | None = None, load_seconds_per_variable: float = 0.0
+    graph: Graph,
+    budget: int,
+    *,
+    time_limit: float | None = None,
+    load_seconds_per_variable: float = 0.0,
+    cover: bool = True,
 ) -> RetentionBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes.
 
@@ -96,6 +101,7 @@ def retention_bound(
         time_limit: seconds for both solves, building included, or None for no limit.
         load_seconds_per_variable: the second MILP is not solved when less time is left than this times its
             variables (the solver would overrun the limit loading it).
+        cover: False solves the retention MILP alone (to measure what the input cover adds).
 
     Raises:
         InfeasibleBudget: when no plan fits the budget: some node cannot run even with nothing else live, or the
@@ -104,7 +110,7 @@ def retention_bound(
     started = time.perf_counter()
     plain = _solved(graph, budget, _encode(graph, budget, cover=False), time_limit)
     answers = [plain]
-    covered = _encode(graph, budget)
+    covered = _encode(graph, budget, cover=cover)
     left = None if time_limit is None else time_limit - (time.perf_counter() - started)
     if covered.cover.num_columns and not too_little_time(
         left, covered.problem.num_variables, load_seconds_per_variable
