@@ -26,6 +26,23 @@ written with `Graph.to_json()` to `<graphs>/<name>.json.gz` (default `benchmarks
 * `vgg16`: `checkmate.zoo.vgg16(batch_size=64, image_size=224)`.
 * `zoo_gpt`: `checkmate.zoo.gpt` at a GPT-2-small-like size (12 layers, d 768, 12 heads, 256 tokens,
   vocab 50257, batch 4).
+* `llama`: a Llama-style decoder with grouped-query attention at GPT-2-small size,
+  `LlamaForCausalLM(LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+  num_attention_heads=12, num_key_value_heads=4, vocab_size=32000, max_position_embeddings=512, use_cache=False,
+  tie_word_embeddings=False))` (RMSNorm, rotary positions, SwiGLU, no dropout), batch 4 x 256 tokens, next-token
+  cross-entropy. The causal mask is passed as a prepared 4-D boolean `attention_mask` as for `gpt2`, though Llama
+  also captures without one (its mask code then builds the mask inside the graph: 1414 planning nodes, not 1395).
+* `t5`: a t5-small-like encoder-decoder, `T5ForConditionalGeneration(T5Config(d_model=512, d_ff=2048,
+  num_layers=5, num_decoder_layers=5, num_heads=8, vocab_size=32128, use_cache=False))` (relative position
+  bias, dropout 0.1 as in the config), batch 8, 128 source tokens and 128 target tokens; the decoder reads the
+  target tokens shifted by one (`decoder_input_ids`, passed explicitly) and the loss is the cross-entropy of the
+  logits against the next target token. It has 5 encoder and 5 decoder layers, not t5-small's 6 and 6, to stay
+  under 1,500 planning nodes (6 and 6 give 1687). transformers 5 always ties T5's output layer and both token
+  embeddings to `shared.weight` (`T5Config` forces `tie_word_embeddings=True`; passing False only turns off the
+  decoder output scaling), so the graph keeps the tie; capture counts the shared weight and its gradient once
+  (fixed memory = 2 x the distinct parameter bytes + the batch + the loss).
+* `swin`: Swin-T, `SwinForImageClassification(SwinConfig())` (windowed attention, depths 2-2-6-2, stochastic
+  depth 0.1 as in the config) with 1000 labels, batch 8, 224x224, cross-entropy over 1000 classes.
 
 It prints one row per graph: planning nodes, forward nodes, edges, the `checkpoint_all` peak, the fixed
 memory and the capture time. A model that fails to capture is reported with its error and skipped.
@@ -33,6 +50,7 @@ memory and the capture time. A model that fails to capture is reported with its 
     .venv/bin/python benchmarks/graph_set.py                 # all graphs
     .venv/bin/python benchmarks/graph_set.py --only gpt2,vit --graphs /tmp/graphs
     .venv/bin/python benchmarks/graph_set.py --graphs /tmp/graphs --out   # rows to benchmarks/results/graph_set.json
+    .venv/bin/python benchmarks/graph_set.py --only llama,t5 --out --merge   # those rows beside the stored others
     .venv/bin/python benchmarks/graph_set.py --from-json     # the table again from them
 """
 
@@ -147,6 +165,53 @@ def zoo_gpt() -> Factory:
     return zoo.gpt(batch_size=4, length=256, dim=768, heads=12, layers=12, vocab=50257)
 
 
+def llama() -> Factory:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
+        vocab_size=32000, max_position_embeddings=512, use_cache=False, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).train()
+    batch, length = 4, 256
+    tokens, targets = _tokens(batch, length, config.vocab_size)
+    mask = torch.ones(length, length, dtype=torch.bool).tril().expand(batch, 1, length, length).contiguous()
+    return model, causal_language_model_loss, (tokens, mask, targets)
+
+
+def sequence_to_sequence_loss(
+    model: nn.Module, source: torch.Tensor, decoder_inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """Cross-entropy of a Hugging Face encoder-decoder's logits against the next target tokens (teacher forcing)."""
+    logits = model(input_ids=source, decoder_input_ids=decoder_inputs).logits
+    return functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def t5() -> Factory:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = T5Config(
+        d_model=512, d_ff=2048, num_layers=5, num_decoder_layers=5, num_heads=8, vocab_size=32128, use_cache=False
+    )
+    model = T5ForConditionalGeneration(config).train()
+    generator = torch.Generator().manual_seed(1)
+    source = torch.randint(0, config.vocab_size, (8, 128), generator=generator)
+    target = torch.randint(0, config.vocab_size, (8, 129), generator=generator)
+    return model, sequence_to_sequence_loss, (source, target[:, :-1].contiguous(), target[:, 1:].contiguous())
+
+
+def swin() -> Factory:
+    from transformers import SwinConfig, SwinForImageClassification
+
+    torch.manual_seed(0)
+    config = SwinConfig()
+    config.num_labels = 1000
+    model = SwinForImageClassification(config).train()
+    return model, logits_loss, _images(8, 224, 224, 1000)
+
+
 MODELS: dict[str, Callable[[], Factory]] = {
     "resnet50": resnet50,
     "gpt2": gpt2,
@@ -155,6 +220,9 @@ MODELS: dict[str, Callable[[], Factory]] = {
     "unet": unet,
     "vgg16": vgg16,
     "zoo_gpt": zoo_gpt,
+    "llama": llama,
+    "t5": t5,
+    "swin": swin,
 }
 
 
@@ -229,7 +297,7 @@ def main() -> None:
     parser.add_argument(
         "--graphs", type=Path, default=DEFAULT_GRAPHS, help="folder to write the graphs to (default benchmarks/graphs)"
     )
-    add_row_arguments(parser)
+    add_row_arguments(parser, merge_key="name")
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     names = list(MODELS) if arguments.only is None else [name.strip() for name in arguments.only.split(",")]

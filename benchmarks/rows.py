@@ -8,6 +8,12 @@ alone, so that the same tables come from a run or from a file. `add_row_argument
 
 where <name> is the one the script gives `measure_or_load` (its file name, or a variant's), and `measure_or_load`
 does one or the other. A run writes its file after every row, so that a long run that stops keeps what it measured.
+A script whose rows each name what they measured (a `merge_key` field, such as a graph's "name") can also offer
+
+    --merge             with --out: keep the file's rows of other keys; a new row replaces the stored row of its key
+
+so that a run of some of its rows lands beside the rows stored before; the file then records the earlier run's
+environment under "merged_with".
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ def default_path(name: str) -> Path:
     return RESULTS / f"{name}.json"
 
 
-def add_row_arguments(parser: argparse.ArgumentParser) -> None:
+def add_row_arguments(parser: argparse.ArgumentParser, merge_key: str | None = None) -> None:
     """Add `--out [PATH]` and `--from-json [PATH]`; given without a path, each means `default_path(name)` of the
-    name that `measure_or_load` is called with."""
+    name that `measure_or_load` is called with. With `merge_key`, add `--merge` too, which merges the new rows into
+    the file by the row field `merge_key` (see `merge_rows`)."""
     parser.add_argument(
         "--out", type=Path, nargs="?", const=DEFAULT, metavar="PATH",
         help="write the rows as JSON (default benchmarks/results/<name>.json)",
@@ -58,6 +65,12 @@ def add_row_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-json", type=Path, nargs="?", const=DEFAULT, metavar="PATH",
         help="print the tables from stored rows without running anything (default benchmarks/results/<name>.json)",
     )  # fmt: skip
+    parser.set_defaults(merge=None)
+    if merge_key is not None:
+        parser.add_argument(
+            "--merge", action="store_const", const=merge_key,
+            help=f"with --out: keep the stored rows whose {merge_key!r} no new row has, replace the others",
+        )  # fmt: skip
 
 
 def environment() -> dict[str, Any]:
@@ -84,19 +97,32 @@ def read_rows(path: Path) -> Stored:
     return Stored(rows=saved["rows"], environment=saved.get("environment", {}))
 
 
+def merge_rows(stored: list[Row], new: list[Row], key: str) -> list[Row]:
+    """The `stored` rows in order, each replaced by the last `new` row of the same `key` value, then the `new`
+    rows whose value no stored row has."""
+    new_by_key = {row[key]: row for row in new}
+    merged = [new_by_key.pop(row.get(key), row) for row in stored]
+    return merged + list(new_by_key.values())
+
+
 def measure_or_load(
     arguments: argparse.Namespace, name: str, measure: Callable[[], Iterable[Row]], render: Callable[[Stored], str]
 ) -> Stored:
     """With `--from-json`, print `render` of the stored rows and measure nothing; otherwise collect the rows
     `measure` yields (writing them after each one with `--out`) and print `render` of them. `name` names the default
-    file, `benchmarks/results/<name>.json`. Returns the rows."""
+    file, `benchmarks/results/<name>.json`. With `--merge` the rows written, printed and returned are the file's
+    rows merged with the new ones (`merge_rows`). Returns the rows."""
     out = None if arguments.out is None else _resolve(arguments.out, name)
     if arguments.from_json is not None:
         stored = read_rows(_resolve(arguments.from_json, name))
     else:
         stored = Stored(rows=[], environment=environment())
+        earlier = _earlier_rows(arguments.merge, out, stored)
+        stored.rows.extend(earlier)
+        measured: list[Row] = []
         for row in measure():
-            stored.rows.append(row)
+            measured.append(row)
+            stored.rows[:] = measured if arguments.merge is None else merge_rows(earlier, measured, arguments.merge)
             if out is not None:
                 write_rows(out, stored)
         stored.environment["finished"] = _now()
@@ -105,6 +131,19 @@ def measure_or_load(
             print(f"rows written to {out}", file=sys.stderr)
     print(render(stored))
     return stored
+
+
+def _earlier_rows(merge_key: str | None, out: Path | None, stored: Stored) -> list[Row]:
+    """With `--merge`, the rows `out` holds (none if it does not exist yet), its environment recorded in `stored`."""
+    if merge_key is None:
+        return []
+    if out is None:
+        raise SystemExit("--merge merges into the file --out writes: give --out too")
+    if not out.exists():
+        return []
+    earlier = read_rows(out)
+    stored.environment["merged_with"] = earlier.environment
+    return earlier.rows
 
 
 def _resolve(path: Path, name: str) -> Path:

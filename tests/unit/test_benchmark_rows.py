@@ -1,6 +1,6 @@
 """The benchmarks' stored rows (`benchmarks/rows.py`) and the peers' summary of means (`benchmarks/peers_report.py`):
-tables printed from a file measure nothing, a run that stops keeps the rows it measured, and a level where ours has
-no plan is counted in the summary, not left out of it unsaid."""
+tables printed from a file measure nothing, a run that stops keeps the rows it measured, `--merge` keeps the
+stored rows of other keys, and a level where ours has no plan is counted in the summary, not left out of it unsaid."""
 
 from __future__ import annotations
 
@@ -84,3 +84,40 @@ def test_a_level_where_ours_has_no_plan_counts_in_the_summary() -> None:
     line = summary.splitlines()[-1]
     assert line.startswith("| ours (optimal) | torch.compile | 1 of 2 | 0.50 |")
     assert line.endswith("| VGG: 16.00 |")
+
+
+def _merging_arguments(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_row_arguments(parser, merge_key="n")
+    return parser.parse_args(list(argv))
+
+
+def test_merge_keeps_the_stored_rows_of_other_keys_and_replaces_the_same_key(tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    measure_or_load(
+        _arguments("--out", str(path)), "unused", lambda: iter([{"n": 1, "value": 10}, {"n": 2, "value": 20}]), _render
+    )
+    earlier = read_rows(path).environment
+
+    def measure() -> Iterator[dict[str, int]]:
+        yield {"n": 2, "value": 22}
+        yield {"n": 3, "value": 30}
+
+    stored = measure_or_load(_merging_arguments("--out", str(path), "--merge"), "unused", measure, _render)
+    expected = [{"n": 1, "value": 10}, {"n": 2, "value": 22}, {"n": 3, "value": 30}]
+    assert stored.rows == read_rows(path).rows == expected
+    assert read_rows(path).environment["merged_with"] == earlier
+    measure_or_load(_merging_arguments("--out", str(path), "--merge"), "unused", lambda: iter([]), _render)
+    assert read_rows(path).rows == expected
+
+
+def test_without_merge_out_replaces_the_file_and_merge_needs_out(tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    measure_or_load(_arguments("--out", str(path)), "unused", lambda: iter([{"n": 1, "value": 10}]), _render)
+    measure_or_load(_merging_arguments("--out", str(path)), "unused", lambda: iter([{"n": 2, "value": 20}]), _render)
+    assert read_rows(path).rows == [{"n": 2, "value": 20}]
+    assert "merged_with" not in read_rows(path).environment
+    with pytest.raises(SystemExit, match="give --out too"):
+        measure_or_load(_merging_arguments("--merge"), "unused", lambda: iter([{"n": 3, "value": 30}]), _render)
+    with pytest.raises(SystemExit):
+        _arguments("--merge")
