@@ -9,6 +9,7 @@ benchmarks/results/large_graphs.json), and `--from-json [PATH]` prints the table
 
     .venv/bin/python benchmarks/large_graphs.py --time-limit 120 --fractions 0.4 0.6 0.8
     .venv/bin/python benchmarks/large_graphs.py --graphs resnet50 gpt2 --fractions 0.6 --time-limit 300
+    .venv/bin/python benchmarks/large_graphs.py --from-json --markdown   # BENCHMARKS.md's table from the rows
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +91,51 @@ def main() -> None:
     parser.add_argument("--fractions", nargs="*", type=float, default=[0.4, 0.6, 0.8])
     parser.add_argument("--time-limit", type=float, default=120.0)
     parser.add_argument("--methods", nargs="*", default=[*BASELINES, *SEARCHES])
+    parser.add_argument("--markdown", action="store_true", help="print one markdown row per graph and budget")
     add_row_arguments(parser)
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    measure_or_load(arguments, "large_graphs", lambda: measure(arguments), render)
+    measure_or_load(arguments, "large_graphs", lambda: measure(arguments), markdown if arguments.markdown else render)
+
+
+MARKDOWN_BASELINES = ("chen_sqrtn", "chen_greedy", "chen_sqrtn_linear", "chen_greedy_linear")
+
+
+def markdown(stored: Stored) -> str:
+    """One row per graph and budget: each Chen baseline's overhead, the best baseline, the search's (bold), its
+    bound, gap, seconds and status (a search that has no plan: why)."""
+    search = next((row["method"] for row in stored.rows if row["method"] in SEARCHES), "optimal")
+    lines = [
+        f"| graph | nodes | budget | {' | '.join(MARKDOWN_BASELINES)} | best baseline | `{search}` | bound | gap | s "
+        "| status |",
+        "|---|---:|---:|" + "---:|" * len(MARKDOWN_BASELINES) + "---|---:|---:|---:|---:|---|",
+    ]
+    groups: dict[tuple[str, float], dict[str, Row]] = {}
+    for row in stored.rows:
+        groups.setdefault((row["graph"], row["fraction"]), {})[row["method"]] = row
+    for (graph, fraction), rows in groups.items():
+        reference = next(iter(rows.values()))["reference_cost"]
+        overhead = partial(_overhead, reference=reference)
+        baselines = [rows[name] for name in BASELINES if name in rows and "cost" in rows[name]]
+        best = min(baselines, key=lambda row: row["cost"], default=None)
+        best_cell = "–" if best is None else f"{best['method']} {overhead(best)}"
+        found = rows.get(search)
+        cells = [overhead(rows.get(name)) for name in MARKDOWN_BASELINES] + [best_cell]
+        if found is None or "cost" not in found:
+            status = "below the smallest budget" if found and found["status"] == "InfeasibleBudget" else "no plan"
+            seconds = "" if found is None else f"{found['seconds']:.0f}"
+            cells += [status, "", "", seconds, ""]
+        else:
+            bound = found["lower_bound"]
+            gap = "" if bound is None else f"{(found['cost'] - bound) / found['cost']:.1%}"
+            bound_cell = "" if bound is None else f"{bound / reference - 1:+.1%}"
+            cells += [f"**{overhead(found)}**", bound_cell, gap, f"{found['seconds']:.0f}", found["status"]]
+        lines.append(f"| {graph} | {next(iter(rows.values()))['nodes']} | {fraction:.0%} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _overhead(row: Row | None, reference: float) -> str:
+    return "–" if row is None or "cost" not in row else f"{row['cost'] / reference - 1:+.1%}"
 
 
 def format_row(row: dict[str, Any], reference_cost: float) -> str:
