@@ -13,7 +13,8 @@ A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact s
    hold others instead).
 6. The lower bound for the full graph is the retention bound (`checkmate.bounds.retention`); the coarse search's
    bound is not one. When the starts' share of the time did not let its MILP finish and the plan is not yet proven,
-   the time left after step 5 goes to solving it again (the input cover's MILP takes 10-15 s on BERT-base).
+   step 5 leaves `final_bound_share` of its time to solving it again (the input cover's MILP takes 10-15 s on
+   BERT-base and T5).
 
 Every plan is built through the simulator; the cheapest that fits is returned, "optimal" when the bound meets it.
 """
@@ -100,7 +101,10 @@ def _through_coarse_graph(
             message_time=message_time(control),
         )
     if method.swap_holds and not policy.meets(best.cost, starts.bound, method.gap):
-        best = swap_holds(graph, best, budget, control.child(None), method=method.name, seed=method.seed, policy=policy)
+        swap_time = None if starts.bound_is_final else control.share(1 - policy.final_bound_share)
+        best = swap_holds(
+            graph, best, budget, control.child(swap_time), method=method.name, seed=method.seed, policy=policy
+        )
     bound = starts.bound
     left = control.remaining()
     worth_it = left is None or left >= policy.retention_minimum

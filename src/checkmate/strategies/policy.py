@@ -33,6 +33,9 @@ class SearchPolicy:
         relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
             the other ε are as large, so one that does not finish in time is not helped by leaving them more.
         coarse_share: what the coarse graph's MILP or LP rounding may take; the rest goes to expanding and improving.
+        final_bound_share: on a large graph whose retention bound did not finish within the starts' share, what
+            `swap_holds` leaves of the time to a last, longer solve of it (on T5 at 60 % of the peak, 60 s: the
+            bound +0.1 % in the starts' share, +9.0 % given 10 s).
         load_seconds_per_variable: an LP or MILP is not handed to a solver with less time left than this times its
             variables. HiGHS loads and presolves these models without checking its clock: a 71k-variable LP (a
             150-node graph) took 2.3 s to return under a 0.01 s limit, a 54k one 0.7 s, a 15k one 0.3 s (this
@@ -52,6 +55,7 @@ class SearchPolicy:
     rounding_share: float = 0.8
     relaxation_share: float = 0.8
     coarse_share: float = 0.5
+    final_bound_share: float = 0.3
     load_seconds_per_variable: float = 1 / 30_000
     cost_tolerance: float = 1e-9
     solver_tolerance: float = 1e-6
