@@ -65,6 +65,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -100,14 +101,27 @@ def logits_loss(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) ->
     return functional.cross_entropy(logits.flatten(0, -2), labels.flatten())
 
 
+def _image_classifier(model_class: Callable[[Any], nn.Module], config: Any, batch: int, size: int) -> Factory:
+    """A Hugging Face image classifier over 1000 labels with random weights, on `batch` random size x size images."""
+    torch.manual_seed(0)
+    config.num_labels = 1000
+    return model_class(config).train(), logits_loss, _images(batch, size, size, 1000)
+
+
+def _causal_language_model(model_class: Callable[[Any], nn.Module], config: Any) -> Factory:
+    """A Hugging Face causal LM with random weights on batch 4 x 256 tokens, with a prepared 4-D causal mask."""
+    torch.manual_seed(0)
+    model = model_class(config).train()
+    batch, length = 4, 256
+    tokens, targets = _tokens(batch, length, config.vocab_size)
+    mask = torch.ones(length, length, dtype=torch.bool).tril().expand(batch, 1, length, length).contiguous()
+    return model, causal_language_model_loss, (tokens, mask, targets)
+
+
 def resnet50() -> Factory:
     from transformers import ResNetConfig, ResNetForImageClassification
 
-    torch.manual_seed(0)
-    config = ResNetConfig()
-    config.num_labels = 1000
-    model = ResNetForImageClassification(config).train()
-    return model, logits_loss, _images(32, 128, 128, 1000)
+    return _image_classifier(ResNetForImageClassification, ResNetConfig(), 32, 128)
 
 
 def causal_language_model_loss(
@@ -121,23 +135,13 @@ def causal_language_model_loss(
 def gpt2() -> Factory:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(0)
-    config = GPT2Config(use_cache=False, tie_word_embeddings=False)
-    model = GPT2LMHeadModel(config).train()
-    batch, length = 4, 256
-    tokens, targets = _tokens(batch, length, config.vocab_size)
-    mask = torch.ones(length, length, dtype=torch.bool).tril().expand(batch, 1, length, length).contiguous()
-    return model, causal_language_model_loss, (tokens, mask, targets)
+    return _causal_language_model(GPT2LMHeadModel, GPT2Config(use_cache=False, tie_word_embeddings=False))
 
 
 def vit() -> Factory:
     from transformers import ViTConfig, ViTForImageClassification
 
-    torch.manual_seed(0)
-    config = ViTConfig()
-    config.num_labels = 1000
-    model = ViTForImageClassification(config).train()
-    return model, logits_loss, _images(8, 224, 224, 1000)
+    return _image_classifier(ViTForImageClassification, ViTConfig(), 8, 224)
 
 
 def bert() -> Factory:
@@ -168,16 +172,11 @@ def zoo_gpt() -> Factory:
 def llama() -> Factory:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
     config = LlamaConfig(
         hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
         vocab_size=32000, max_position_embeddings=512, use_cache=False, tie_word_embeddings=False,
     )  # fmt: skip
-    model = LlamaForCausalLM(config).train()
-    batch, length = 4, 256
-    tokens, targets = _tokens(batch, length, config.vocab_size)
-    mask = torch.ones(length, length, dtype=torch.bool).tril().expand(batch, 1, length, length).contiguous()
-    return model, causal_language_model_loss, (tokens, mask, targets)
+    return _causal_language_model(LlamaForCausalLM, config)
 
 
 def sequence_to_sequence_loss(
@@ -205,11 +204,7 @@ def t5() -> Factory:
 def swin() -> Factory:
     from transformers import SwinConfig, SwinForImageClassification
 
-    torch.manual_seed(0)
-    config = SwinConfig()
-    config.num_labels = 1000
-    model = SwinForImageClassification(config).train()
-    return model, logits_loss, _images(8, 224, 224, 1000)
+    return _image_classifier(SwinForImageClassification, SwinConfig(), 8, 224)
 
 
 MODELS: dict[str, Callable[[], Factory]] = {
