@@ -124,9 +124,10 @@ def retention_bound(
 
     plain = _solved(graph, budget, _encode(graph, budget, cover=False), time_limit)
     answers = [plain]
-    covered = _encode(graph, budget, cover=cover)
-    variables = covered.problem.num_variables
-    if covered.cover.num_columns and not too_little_time(left(), variables, load_seconds_per_variable):
+    covered = _encode(graph, budget) if cover else None
+    adds_rows = covered is not None and covered.cover.num_columns > 0
+    variables = 0 if covered is None else covered.problem.num_variables
+    if covered is not None and adds_rows and not too_little_time(left(), variables, load_seconds_per_variable):
         relaxation_started = time.perf_counter()
         answers.append(_relaxed(covered, solver_time_limit(left(), variables, load_seconds_per_variable)))
         relaxation_seconds = time.perf_counter() - relaxation_started
@@ -142,7 +143,7 @@ def retention_bound(
         answers[-1].extra if len(answers) > 1 else float("nan"),
         ["not solved", "its LP relaxation", "its MILP"][len(answers) - 1],
     )
-    solved_to_the_end = len(answers) == 3 or not covered.cover.num_columns
+    solved_to_the_end = len(answers) == 3 or not adds_rows
     return RetentionBound(
         float(graph.costs.sum()) + best.extra,
         answers[-1].proven and solved_to_the_end,
