@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from bound_graphs import GRAPHS, budgets, proven_optimum, saving_graph
 from exhaustive import fewest_computations
 from oracles import with_workspace
 
@@ -15,82 +16,11 @@ from checkmate.bounds import activation_floor
 from checkmate.bounds.gaps import Gaps, last_use, memory_gaps
 from checkmate.bounds.input_cover import InputCover, input_cover
 from checkmate.bounds.retention import RetentionBound, _encode, retention_bound
-from checkmate.examples import linear_graph, random_training_graph, training_graph
+from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph, Node
 from checkmate.strategies.registry import strategies
 
-FRACTIONS = (0.0, 0.15, 0.35, 0.7)  # of the way from the activation floor to the checkpoint_all peak
 METHODS = [strategy.name for strategy in strategies() if strategy.name != "approx"]
-
-
-def _random_graph(seed: int) -> Graph:
-    """A forward DAG of 3-6 nodes, each reading its predecessor and up to two earlier nodes (multi-input), with
-    its backward graph; sizes 0-9 bytes, costs 0-9, some fixed memory; workspaces (first-run and recompute) on
-    every other seed."""
-    rng = np.random.default_rng(seed)
-    size = int(rng.integers(3, 7))
-    forward_inputs: list[list[int]] = [[]]
-    for node in range(1, size):
-        skips = rng.integers(0, node, int(rng.integers(0, 3))).tolist()
-        forward_inputs.append(sorted({node - 1, *skips}))
-    graph = training_graph(
-        forward_inputs,
-        costs=rng.integers(0, 10, size).tolist(),
-        memory=rng.integers(0, 10, size).tolist(),
-        fixed_memory=int(rng.integers(0, 6)),
-    )
-    return with_workspace(graph, seed=seed, largest=9) if seed % 2 else graph
-
-
-def _saving_graph(seed: int, size: int | None = None) -> Graph:
-    """Like `_random_graph`, but each gradient node reads only what its op saves, as ATen's do: the upstream
-    gradients and its output alone (as a ReLU) or, as often, a random nonempty part of its output and inputs (a
-    matmul keeps its inputs). Inputs that nothing reads after the forward pass are common then: what the input
-    cover charges."""
-    rng = np.random.default_rng(seed)
-    size = int(rng.integers(4, 8)) if size is None else size
-    forward_inputs: list[tuple[int, ...]] = [()]
-    for node in range(1, size):
-        skips = rng.integers(0, node, int(rng.integers(0, 2))).tolist()
-        forward_inputs.append(tuple(sorted({node - 1, *skips})))
-    costs = rng.integers(1, 10, size)
-    memory = rng.integers(1, 10, size)
-    nodes = [Node(f"forward_{j}", float(costs[j]), int(memory[j]), False, forward_inputs[j]) for j in range(size)]
-    nodes.append(Node("loss", 1.0, 1, True, (size - 1,)))
-    gradient_of: dict[int, int] = {}
-    for j in reversed(range(size)):
-        upstream = [gradient_of[u] for u in range(j + 1, size) if j in forward_inputs[u]]
-        candidates = [j, *forward_inputs[j]]
-        subset = [node for node in candidates if rng.random() < 0.5] or [candidates[int(rng.integers(len(candidates)))]]
-        saved = [j] if rng.random() < 0.5 else subset
-        gradient_of[j] = len(nodes)
-        inputs = {*upstream, *saved, *([size] if j == size - 1 else [])}
-        nodes.append(Node(f"backward_{j}", 2.0 * float(costs[j]), int(memory[j]), True, tuple(sorted(inputs))))
-    return Graph(tuple(nodes), fixed_memory=int(rng.integers(0, 6)))
-
-
-GRAPHS = {
-    **{f"random{seed}": _random_graph(seed) for seed in range(16)},
-    **{f"saving{seed}": _saving_graph(seed) for seed in range(12)},
-    **{f"skips{seed}": random_training_graph(7, seed=seed) for seed in range(3)},
-    "chain8": linear_graph(8),
-}
-
-
-def _budgets(graph: Graph) -> list[int]:
-    floor = activation_floor(graph)
-    peak = checkmate.solve(graph, None).peak_memory
-    return sorted({int(floor + fraction * (peak - floor)) for fraction in FRACTIONS})
-
-
-def _optimum(graph: Graph, budget: int) -> float | None:
-    """The proven optimum within `budget` (to the MILP's 1e-4 gap), or None when no plan fits."""
-    try:
-        plan = checkmate.solve(graph, budget, method="optimal", time_limit=30)
-    except checkmate.InfeasibleBudget:
-        return None
-    assert plan.status == "optimal"
-    return plan.cost
 
 
 def test_bound_never_exceeds_the_proven_optimum() -> None:
@@ -98,8 +28,8 @@ def test_bound_never_exceeds_the_proven_optimum() -> None:
     compared = 0
     for name, graph in GRAPHS.items():
         trivial = float(graph.costs.sum())
-        for budget in _budgets(graph):
-            optimum = _optimum(graph, budget)
+        for budget in budgets(graph):
+            optimum = proven_optimum(graph, budget)
             try:
                 found = retention_bound(graph, budget)
             except checkmate.InfeasibleBudget:
@@ -115,7 +45,7 @@ def test_bound_never_exceeds_the_proven_optimum() -> None:
     strict = [
         retention_bound(graph, budget).bound > float(graph.costs.sum()) + 1e-9
         for graph in GRAPHS.values()
-        for budget in _budgets(graph)[:1]
+        for budget in budgets(graph)[:1]
     ]
     assert sum(strict) >= 8, "at the activation floor the bound should rise above the no-remat cost on most graphs"
 
@@ -149,7 +79,7 @@ def test_every_row_holds_for_every_plan_within_the_budget(name: str) -> None:
     most the plan's cost (a failure names a row that some real plan breaks)."""
     graph = GRAPHS[name]
     checked = recomputing = covered = 0
-    for budget in [None, *_budgets(graph)]:
+    for budget in [None, *budgets(graph)]:
         for method in METHODS:
             try:
                 plan = checkmate.solve(
@@ -179,7 +109,7 @@ def test_tighter_than_the_lp_bound_on_branching_graphs(seed: int) -> None:
     at every budget and strictly above it at most (on 80 graph-budget pairs it never fell below)."""
     graph = random_training_graph(10, seed=seed)
     higher = 0
-    for budget in _budgets(graph):
+    for budget in budgets(graph):
         found = retention_bound(graph, budget).bound
         lp = checkmate.lower_bound(graph, budget, time_limit=30)
         assert found >= lp - 1e-6
@@ -193,7 +123,7 @@ def test_chain_at_its_smallest_budget() -> None:
     graph = linear_graph(6)
     found = retention_bound(graph, 4)
     assert found == RetentionBound(bound=17.0, proven=True, seconds=found.seconds)
-    assert _optimum(graph, 4) == 18.0
+    assert proven_optimum(graph, 4) == 18.0
     assert [retention_bound(graph, budget).bound for budget in (5, 6, 7, 8)] == [16.0, 15.0, 14.0, 13.0]
 
 
@@ -202,7 +132,7 @@ def test_an_input_held_across_the_gap_counts_once_at_a_recomputation() -> None:
     recomputation too (counting it twice gives 51.49 here, above the optimum)."""
     graph = with_workspace(random_training_graph(5, seed=29), seed=29, largest=6)
     assert retention_bound(graph, 22).bound == pytest.approx(50.26)
-    assert _optimum(graph, 22) == pytest.approx(50.26)
+    assert proven_optimum(graph, 22) == pytest.approx(50.26)
 
 
 def test_no_recomputation_at_the_checkpoint_all_peak() -> None:
@@ -229,7 +159,7 @@ def test_a_value_too_big_to_rebuild_must_be_kept() -> None:
     )
     peak = checkmate.solve(graph, None).peak_memory
     assert activation_floor(graph) < peak - 1
-    assert _optimum(graph, peak - 1) is None
+    assert proven_optimum(graph, peak - 1) is None
     with pytest.raises(checkmate.InfeasibleBudget, match="infeasible"):
         retention_bound(graph, peak - 1)
     assert retention_bound(graph, peak).bound == pytest.approx(graph.costs.sum())
@@ -253,7 +183,7 @@ def test_the_input_cover_raises_the_bound_on_graphs_that_save_little() -> None:
     for name, graph in GRAPHS.items():
         if not name.startswith("saving"):
             continue
-        for budget in _budgets(graph):
+        for budget in budgets(graph):
             try:
                 plain_bound = retention_bound(graph, budget, cover=False).bound
             except checkmate.InfeasibleBudget:
@@ -272,7 +202,7 @@ def test_the_input_cover_rows_hold_for_every_plan_of_a_tiny_graph(seed: int) -> 
     (values held past their last use too), each with the fewest computations it allows (`exhaustive`), read as the
     input cover's columns at every stage (the rows hold for any set of stages; the MILP charges the binding ones),
     meet every row. Counted: plans that recompute a gap whose input is dead, and held columns of both kinds."""
-    graph = _saving_graph(100 + seed, size=6)
+    graph = saving_graph(100 + seed, size=6)
     gaps = memory_gaps(graph)
     cover = input_cover(graph, gaps, np.arange(graph.size))
     rows = cover.rows

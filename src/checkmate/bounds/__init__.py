@@ -4,9 +4,12 @@
 * `relaxation`: the paper's LP relaxation, a lower bound on cost (and the point `approx` rounds);
 * `retention`: the retention bound, a lower bound on cost for graphs too large for the LP (its gaps and rows in
   `gaps`, and the input cover that charges a recomputation for its dead inputs in `input_cover`);
+* `closure`: the closure bound, a lower bound on cost from the stage where memory binds (what crosses it is held
+  there or rebuilt after it, with every input it is rebuilt from);
 * `peak`: a bracket of the smallest feasible budget (the peak-minimising MILP).
 """
 
+from checkmate.bounds.closure import ClosureBound, closure_bound
 from checkmate.bounds.floor import activation_floor
 from checkmate.bounds.peak import BudgetRange, peak_range
 from checkmate.bounds.relaxation import Relaxation, relaxation, relaxation_bound
@@ -14,9 +17,11 @@ from checkmate.bounds.retention import RetentionBound, retention_bound
 
 __all__ = [
     "BudgetRange",
+    "ClosureBound",
     "Relaxation",
     "RetentionBound",
     "activation_floor",
+    "closure_bound",
     "peak_range",
     "relaxation",
     "relaxation_bound",

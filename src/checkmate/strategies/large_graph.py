@@ -3,7 +3,7 @@
 A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact search as it is. A larger one:
 
 1. The starting plans on the full graph (`checkmate.strategies.starts`: the best baseline and the retention bound's
-   answer, each improved by `hold_more`) and the retention bound.
+   answer, each improved by `hold_more`) and the lower bound: the larger of the retention and closure bounds.
 2. `checkmate.coarsen`: merge neighbouring nodes into at most `coarse_nodes` nodes, with conservative memory.
 3. The method's exact search on the coarse graph (the MILP for `optimal`, the LP rounding for `approx`), skipped
    when the budget is below the coarse graph's activation floor.
@@ -11,10 +11,10 @@ A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact s
    memory the coarse accounting left unused.
 5. If the method asks for it, the rest of the time goes to `swap_holds` on the best plan so far (drop some holds,
    hold others instead).
-6. The lower bound for the full graph is the retention bound (`checkmate.bounds.retention`); the coarse search's
-   bound is not one. When the starts' share of the time did not let its MILP finish and the plan is not yet proven,
-   step 5 leaves `final_bound_share` of its time to solving it again (the input cover's MILP takes 10-15 s on
-   BERT-base and T5).
+6. The lower bound for the full graph is the larger of the retention bound (`checkmate.bounds.retention`) and the
+   closure bound (`checkmate.bounds.closure`); the coarse search's bound is not one. When the starts' share of the
+   time did not let the retention MILP finish and the plan is not yet proven, step 5 leaves `final_bound_share` of
+   its time to solving it again (the input cover's MILP takes 10-15 s on BERT-base and T5).
 
 Every plan is built through the simulator; the cheapest that fits is returned, "optimal" when the bound meets it.
 """

@@ -29,6 +29,8 @@ class SearchPolicy:
         baseline_improvement_share: of the starting plans' time, what `hold_more` may spend on the best baseline.
         retention_share: of the starting plans' time left, what the retention bound may take (at least
             `retention_minimum` seconds).
+        closure_share: of what is left after it, what the closure bound may take (at least `retention_minimum`
+            seconds; it takes under a second on the graph set's 1,000-node graphs).
         rounding_share: what `approx` may take inside `optimal` before the MILP (its LP is also the LP bound).
         relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
             the other ε are as large, so one that does not finish in time is not helped by leaving them more.
@@ -52,6 +54,7 @@ class SearchPolicy:
     baseline_improvement_share: float = 0.5
     retention_share: float = 0.3
     retention_minimum: float = 1.0
+    closure_share: float = 0.5
     rounding_share: float = 0.8
     relaxation_share: float = 0.8
     coarse_share: float = 0.5

@@ -5,7 +5,9 @@ Two starting points, each improved by `hold_more` on the full graph:
 * the answer of the retention bound (`checkmate.bounds.retention`): hold what it keeps, recompute the rest with
   the cheapest R. On convolutional networks this lands within a fraction of a percent of the bound; on
   transformers its recomputations cascade and the baseline start wins.
-The retention bound itself is the search's first proven lower bound.
+The search's first proven lower bound is the larger of the retention bound and the closure bound
+(`checkmate.bounds.closure`: what crosses the stage where memory binds must be held there or rebuilt after it, with
+its inputs; on transformers it is the tighter one, GPT-2 small at 60 %: +13.8 % against +9.4 %).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from checkmate.bounds.closure import closure_bound
 from checkmate.bounds.retention import retention_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
@@ -88,6 +91,17 @@ def starting_plans(
         bound = max(bound, found.bound)
         bound_is_final = found.proven
         clock.report("retention bound", bound=bound)
+        try:
+            closure = closure_bound(
+                graph,
+                budget,
+                time_limit=clock.share(policy.closure_share, minimum=policy.retention_minimum),
+                load_seconds_per_variable=policy.load_seconds_per_variable,
+            )
+        except InfeasibleBudget:
+            raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
+        bound = max(bound, closure.bound)
+        clock.report("closure bound", bound=bound)
         if found.held is not None:
             R, S = prune_checkpoints(graph, cheapest_r(graph, found.held), found.held)
             seed = make_plan(graph, R, S, method=method)
