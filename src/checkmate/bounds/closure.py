@@ -43,7 +43,7 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -73,12 +73,17 @@ class ClosureBound:
         proven: True when every stage tried was solved to optimality (a stage stopped by the clock counts its dual
             bound, which is valid but may be lower).
         seconds: wall-clock seconds spent.
+        held: the nodes the answer of `stage`'s MILP holds out of that stage (h = 1), or None without one.
+        rebuilt: the nodes that answer rebuilds after the stage (r = 1, h = 0), or None: with `held`, a starting
+            point for a plan (`checkmate.strategies.closure_start`), not a plan.
     """
 
     bound: float
     stage: int | None
     proven: bool
     seconds: float
+    held: np.ndarray | None = field(default=None, compare=False)
+    rebuilt: np.ndarray | None = field(default=None, compare=False)
 
 
 def closure_bound(
@@ -112,6 +117,7 @@ def closure_bound(
         )
     every_node_once = float(graph.costs.sum())
     best, best_stage, proven = 0.0, None, True
+    answer: tuple[np.ndarray, np.ndarray] | None = None
     for stage in tightest_stages(graph, budget, stages):
         left = None if time_limit is None else time_limit - (time.perf_counter() - started)
         milp = stage_problem(graph, budget, stage)
@@ -122,7 +128,7 @@ def closure_bound(
         if limit is not None and limit <= 0:
             proven = False
             break
-        extra, solved = _solve(problem, limit)
+        extra, solved, x = solve_stage(problem, limit)
         if extra is None:
             raise _infeasible(
                 graph,
@@ -132,9 +138,11 @@ def closure_bound(
         proven &= solved
         if extra > best:
             best, best_stage = extra, stage
+            answer = None if x is None else stage_answer(milp.nodes, x)
     seconds = time.perf_counter() - started
     log.info("closure bound: +%.6g over every node once, at stage %s (%.2f s)", best, best_stage, seconds)
-    return ClosureBound(every_node_once + best, best_stage, proven, seconds)
+    held, rebuilt = answer if answer is not None else (None, None)
+    return ClosureBound(every_node_once + best, best_stage, proven, seconds, held, rebuilt)
 
 
 def tightest_stages(graph: Graph, budget: int, count: int) -> np.ndarray:
@@ -211,19 +219,25 @@ def _ancestors(graph: Graph, nodes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(marked)
 
 
-def _solve(problem: MilpProblem, time_limit: float | None) -> tuple[float | None, bool]:
+def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes a stage MILP's solution holds out of the stage, and those it rebuilds after it without holding."""
+    held = x[: nodes.size] > 0.5
+    return nodes[held], nodes[(x[nodes.size :] > 0.5) & ~held]
+
+
+def solve_stage(problem: MilpProblem, time_limit: float | None) -> tuple[float | None, bool, np.ndarray | None]:
     """The MILP's proven extra cost (its dual bound when stopped by the clock; zero when it has none; None when the
-    MILP is infeasible) and whether it was solved to optimality. Costs are scaled by a power of two for the solver
-    (an exact division) and scaled back."""
+    MILP is infeasible), whether it was solved to optimality, and its solution (None without one). Costs are
+    scaled by a power of two for the solver (an exact division) and scaled back."""
     unit = 2.0 ** math.ceil(math.log2(max(float(problem.c.max(initial=0.0)), 1e-300)))
     solution = lp_backend().solve(
         dataclasses.replace(problem, c=problem.c / unit), SolveOptions(time_limit=time_limit, mip_gap=1e-9)
     )
     if solution.status is SolveStatus.INFEASIBLE:
-        return None, True
+        return None, True, None
     proven = solution.status is SolveStatus.OPTIMAL
     dual = solution.bound if solution.bound is not None else (solution.objective if proven else None)
-    return (0.0 if dual is None else max(0.0, dual) * unit), proven and dual is not None
+    return (0.0 if dual is None else max(0.0, dual) * unit), proven and dual is not None, solution.x
 
 
 def _infeasible(graph: Graph, budget: int, reason: str) -> InfeasibleBudget:
