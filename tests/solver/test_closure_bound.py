@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bound_graphs import GRAPHS, budgets, proven_optimum, random_graph, saving_graph
-from exhaustive import fewest_computations
+from exhaustive import cost_peak_frontier, fewest_computations
 
 import checkmate
 from checkmate.bounds import activation_floor
 from checkmate.bounds.closure import closure_bound, stage_problem
 from checkmate.bounds.retention import retention_bound
 from checkmate.errors import MethodNotApplicable
+from checkmate.examples import linear_graph
 from checkmate.graph import Graph
 from checkmate.simulate import check_plan, simulate
 from checkmate.strategies.closure_start import closure_start
@@ -132,3 +133,18 @@ def test_optimal_proves_gpt2_at_60_percent_in_seconds() -> None:
     plan = checkmate.solve(graph, budget, method="optimal", time_limit=30)
     assert plan.status == "optimal" and plan.peak_memory <= budget
     assert plan.cost <= 1.139 * graph.costs.sum()
+
+
+def test_never_above_the_exhaustive_optimum() -> None:
+    """At every step of the exhaustive oracle's cost-peak frontier (every S tried, priced by the paper's equations,
+    `exhaustive`) of tiny graphs, the bound is at most the cheapest cost at that budget. Counted: budgets where the
+    bound is above running every node once, and where it equals the optimum."""
+    checked = above_trivial = exact = 0
+    for graph in [*(saving_graph(200 + seed, size=3) for seed in (1, 2, 3, 4, 6, 7)), linear_graph(3)]:
+        for budget, optimum in cost_peak_frontier(graph):
+            found = closure_bound(graph, budget, stages=graph.size)
+            assert found.bound <= optimum + 1e-9, (graph, budget, found, optimum)
+            checked += 1
+            above_trivial += found.bound > graph.costs.sum() + 1e-9
+            exact += found.bound >= optimum - 1e-9
+    assert checked >= 15 and above_trivial >= 8 and exact >= 5, (checked, above_trivial, exact)
