@@ -6,12 +6,14 @@
     print(step.report())
 
 This module checks the arguments, plans the step (`checkmate.training.planning`) and returns the step that runs the
-plan: a single-process `checkmate.training.compiled.CompiledStep`, or for a DistributedDataParallel model a
-`checkmate.data_parallel.DataParallelStep`, which adds DDP's gradient all-reduce.
+plan: a single-process `checkmate.training.compiled.CompiledStep`, for a DistributedDataParallel model a
+`checkmate.data_parallel.DataParallelStep`, which adds DDP's gradient all-reduce, or for a model sharded with FSDP2's
+`fully_shard` a `checkmate.sharded.ShardedStep`, which adds FSDP2's gathers and reduce-scatters.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +57,9 @@ def compile(
 
     Args:
         model: the module to train, on the device it will run on; or a DistributedDataParallel wrapping it, whose
-            gradients the step then all-reduces as DDP does (`checkmate.data_parallel`; every rank must call).
+            gradients the step then all-reduces as DDP does (`checkmate.data_parallel`; every rank must call); or a
+            module with FSDP2's `fully_shard` applied to its blocks and its root, whose units the step gathers and
+            reduces as FSDP2 does (`checkmate.sharded`; every rank must call, with batches of one shape).
         loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
         batch: an example batch (a tuple of tensors, possibly nested); its shapes and dtypes are planned for.
         budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the
@@ -102,6 +106,8 @@ def compile(
     Raises:
         CaptureError: the model cannot be captured.
         DataParallelError: a DistributedDataParallel uses a setting the step does not reproduce.
+        ShardedTrainingError: an FSDP2 model uses a feature the step does not reproduce (`checkmate.sharded`).
+        RankFailed: another rank failed to compile a data-parallel or sharded step.
         InfeasibleBudget: no plan of `method` fits the budget; the error names the smallest it could meet.
 
     Example:
@@ -138,5 +144,21 @@ def compile(
                 "default) for a data-parallel step"
             )
         return compile_data_parallel(model, loss_fn, batch, settings)
+    if _is_sharded(model):
+        if executor != "eager":
+            raise InvalidArgument(
+                f"executor={executor!r} with FSDP2's fully_shard is not supported yet: use executor='eager' (the "
+                "default) for a sharded step"
+            )
+        from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor take about 2 s to import
+
+        return compile_sharded(model, loss_fn, batch, settings)
     compiled = plan_step(model, loss_fn, batch, settings)
     return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled})
+
+
+def _is_sharded(model: nn.Module) -> bool:
+    """Whether FSDP2's `fully_shard` was applied to `model` or a submodule, without importing FSDP2 where nothing has
+    (a sharded model has imported it)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and any(isinstance(module, fsdp.FSDPModule) for module in model.modules())

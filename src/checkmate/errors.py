@@ -55,6 +55,17 @@ class DataParallelError(CheckmateError, ValueError):
     which, and what to change."""
 
 
+class ShardedTrainingError(CheckmateError, ValueError):
+    """A model sharded with FSDP2's `fully_shard` uses a feature that a compiled step does not reproduce (CPU offload,
+    mixed precision, a 2-D mesh, tensor-parallel parameters, a root that is not sharded, another batch shape on each
+    rank); the message names it, and what to change."""
+
+
+class RankFailed(CheckmateError, RuntimeError):
+    """Another rank of the process group failed where every rank must succeed together (compiling a distributed
+    step); the message names the ranks, and the error itself is raised on them."""
+
+
 class RunnerUnavailable(CheckmateError, RuntimeError):
     """Parallel work cannot start: Ray is not installed, or the cluster at the address given cannot be reached."""
 

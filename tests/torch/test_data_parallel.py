@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import datetime
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 import checkmate
 from checkmate import zoo
 from checkmate.data_parallel import DataParallelStep, assign_buckets
-from checkmate.errors import DataParallelError
+from checkmate.errors import CaptureError, DataParallelError, RankFailed
 
 WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=120)
@@ -147,6 +148,24 @@ def _refuses_bucket_views() -> None:
         checkmate.compile(ddp, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
 
 
+def _failing_rank_stops_the_others() -> None:
+    """Rank 1 cannot trace its loss; rank 0 must raise RankFailed naming it at once, not wait in the bucket
+    broadcast until the process group's timeout."""
+    model, loss_fn, batch = zoo.mlp(4, width=8, depth=1)
+    ddp = DistributedDataParallel(model)
+
+    def fails_on_rank_1(module: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+        if dist.get_rank() == 1:
+            raise RuntimeError("rank 1 cannot trace this loss")
+        return loss_fn(module, *inputs)
+
+    started = time.perf_counter()
+    expected = RankFailed if dist.get_rank() == 0 else CaptureError
+    with pytest.raises(expected, match=r"\[1\]" if dist.get_rank() == 0 else "rank 1 cannot trace"):
+        checkmate.compile(ddp, fails_on_rank_1, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    assert time.perf_counter() - started < 20, "a rank failing to plan must stop the others at once"
+
+
 def _worker(rank: int, init_file: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
@@ -155,6 +174,7 @@ def _worker(rank: int, init_file: str) -> None:
         _resnet_below_its_peak()
         _unused_and_ignored_parameters()
         _refuses_bucket_views()
+        _failing_rank_stops_the_others()
     finally:
         dist.destroy_process_group()
 
@@ -162,7 +182,8 @@ def _worker(rank: int, init_file: str) -> None:
 @pytest.mark.slow
 def test_matches_eager_ddp_on_two_ranks(tmp_path: Path) -> None:
     """ResNet with BatchNorm at 80 % of its peak with several buckets; unused, ignored and frozen parameters, and
-    batches of another size on each rank; gradient_as_bucket_view refused. Each check runs on both ranks; a failure
+    batches of another size on each rank; gradient_as_bucket_view refused; a rank failing to plan stops the other at
+    once. Each check runs on both ranks; a failure
     on either fails the test."""
     mp.spawn(_worker, args=(str(tmp_path / "rendezvous"),), nprocs=WORLD_SIZE, join=True)
 

@@ -60,6 +60,7 @@ from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.planning import BatchSignature, Compiled, Settings, plan_step, signature_of
+from checkmate.training.ranks import on_every_rank
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -73,18 +74,25 @@ def compile_data_parallel(
     """Plan the step of `ddp.module` with room for the gradient buckets, and agree on the buckets with every rank.
 
     This is a collective call: every rank of the DDP's process group must make it (as it must construct the DDP).
+    A rank that fails to check or plan the step tells the others at once (`checkmate.training.ranks`).
 
     Raises:
         DataParallelError: the DDP uses a setting the compiled step does not reproduce.
+        RankFailed: another rank failed to check or plan the step.
     """
-    _check_supported(ddp)
     reduced = _reduced_parameters(ddp)
     held = tensor_bytes(reduced.values()) + _broadcast_bytes(ddp)
     settings = dataclasses.replace(settings, capture=dataclasses.replace(settings.capture, optimizer_state_bytes=held))
-    compiled = plan_step(ddp.module, loss_fn, batch, settings)
-    _check_unused(ddp, compiled.captured, reduced)
     group = ddp.process_group
     device = next(iter(reduced.values())).device
+
+    def planned() -> Compiled:
+        _check_supported(ddp)
+        compiled = plan_step(ddp.module, loss_fn, batch, settings)
+        _check_unused(ddp, compiled.captured, reduced)
+        return compiled
+
+    compiled = on_every_rank(planned, group, device, what="compiling the data-parallel step")
     order = _agree_on_order(_production_order(compiled.captured, list(reduced)), list(reduced), group, device)
     reduction = Reduction(group, dist.get_world_size(group), layout_buckets(order, reduced, bucket_limits(ddp)))
     log.info(

@@ -152,6 +152,20 @@ class SegmentCall:
 
 
 @dataclass(frozen=True)
+class Call:
+    """A call, with no arguments, made at its place among the schedule's steps: what a step adds around the plan's
+    operations there (`checkmate.sharded` gathers and frees a unit's parameters and reduces its gradients).
+
+    Attributes:
+        label: what it does, for the generated source and for messages.
+        function: called as `function()`; what it returns is dropped.
+    """
+
+    label: str
+    function: Callable[[], object]
+
+
+@dataclass(frozen=True)
 class StepSource:
     """What a step function is generated from: the program's nodes and inputs, and the schedule's steps.
 
@@ -160,7 +174,8 @@ class StepSource:
         placeholders: the fx names of the inputs, in the order the function receives them.
         constants: fx values fixed at capture (get_attr), by name.
         buffer_count: how many buffers the step may update (the length of the returned updates).
-        steps: the schedule's Compute and Free steps, runs of them possibly replaced by SegmentCalls.
+        steps: the schedule's Compute and Free steps, runs of them possibly replaced by SegmentCalls, and Calls
+            placed among them.
         conform: restores a value's traced layout (None: values are used as the kernels lay them out).
     """
 
@@ -168,7 +183,7 @@ class StepSource:
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     buffer_count: int
-    steps: tuple[Step | SegmentCall, ...]
+    steps: tuple[Step | SegmentCall | Call, ...]
     conform: Conform | None = None
 
 
@@ -202,6 +217,8 @@ def step_function(source: StepSource) -> StepFunction:
             writer.compute(step.node, step.stage)
         elif isinstance(step, SegmentCall):
             writer.segment(step)
+        elif isinstance(step, Call):
+            writer.call(step)
         else:
             writer.free(step.node, step.stage)
     return writer.finish()
@@ -321,6 +338,11 @@ class _StepWriter:
         transient = [name for name in call.outputs if name not in live]
         if transient:
             self._emit(_BODY + "del " + ", ".join(map(self.variables.of, transient)))
+
+    def call(self, call: Call) -> None:
+        """Emit the call; what it raises propagates as raised."""
+        self._emit(f"{_BODY}# {' '.join(call.label.split())}")
+        self._emit(f"{_BODY}{self.names.bind(call.function, 'f')}()")
 
     def finish(self) -> StepFunction:
         if not self.loss_taken:

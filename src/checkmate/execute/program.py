@@ -28,6 +28,7 @@ from torch.fx.node import map_aggregate
 from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
 from checkmate.execute.codegen import (
+    Call,
     GradientSink,
     NodeProgram,
     Operation,
@@ -50,14 +51,14 @@ class Program:
     `step_functions` maps id(schedule) to (a weak reference to the schedule, its function): a schedule is
     generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
     `fuse`, when set, replaces runs of a schedule's steps by compiled calls before the function is generated
-    (`checkmate.inductor.segments`).
+    (`checkmate.inductor.segments`), or places calls among them (`checkmate.sharded`).
     """
 
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     nodes: tuple[NodeProgram, ...]
     buffer_count: int
-    fuse: Callable[[Schedule], tuple[Step | SegmentCall, ...]] | None = field(default=None, compare=False)
+    fuse: Callable[[Schedule], tuple[Step | SegmentCall | Call, ...]] | None = field(default=None, compare=False)
     step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
         default_factory=dict, repr=False, compare=False
     )

@@ -129,7 +129,7 @@ class CompiledStep:
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
         self._before_step()
-        parameters = [getattr(module, name) for module, name in compiled.parameter_slots]
+        parameters = self._parameters(compiled)
         buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
@@ -139,12 +139,12 @@ class CompiledStep:
         started = time.perf_counter()
         if measure:
             allocator = self._settings.executor == "inductor"
-            with measure_peak(device, step_baseline(self.model, leaves), allocator=allocator) as meter:
+            with measure_peak(device, self._baseline(leaves), allocator=allocator) as meter:
                 outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
                 gradients.finish()
                 _write_buffers(buffers, outputs.buffer_updates)
             self._measured_peak[self._current] = meter.peak_bytes
-            _check_measured_peak(meter.peak_bytes, compiled.plan, device)
+            self._check_measured_peak(meter.peak_bytes, compiled.plan, device)
         else:
             outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
             gradients.finish()
@@ -156,6 +156,19 @@ class CompiledStep:
 
     def _before_step(self) -> None:
         """Called at the start of each call, before the inputs are read (a data-parallel step syncs buffers)."""
+
+    def _baseline(self, leaves: list[Any]) -> list[torch.Tensor]:
+        """The tensors a metered call starts with that the plan counts as fixed (`step_baseline`)."""
+        return step_baseline(self.model, leaves)
+
+    def _check_measured_peak(self, measured: int, plan: Plan, device: torch.device) -> None:
+        """Warn when a metered call held more than its plan said (`_check_measured_peak`)."""
+        _check_measured_peak(measured, plan, device)
+
+    def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
+        """The parameters this call reads and fills `.grad` of, in placeholder order: those now in the model's slots
+        (a sharded step: the full parameters, whatever their storage holds when the step starts)."""
+        return [getattr(module, name) for module, name in compiled.parameter_slots]
 
     def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
         """Where this call's gradients go: into `.grad`, as eager autograd adds them."""

@@ -1,0 +1,227 @@
+"""Sharded training: `checkmate.compile` of a model sharded with FSDP2's `fully_shard` gives eager FSDP2's gradients.
+
+    torch.distributed.init_process_group("gloo")                    # or "nccl"; torchrun sets the environment
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    step = checkmate.compile(model, loss_fn, batch, budget=0.5)     # every rank calls, with batches of one shape
+    loss = step(*batch); optimizer.step(); optimizer.zero_grad()
+
+What is built (the first part of issue 21):
+
+* Capture and plan (`checkmate.sharded.planning`). The step is captured on the unsharded model (every unit gathered
+  once at compile time), so the plan's graph is the op graph of a single-process step. Every rank plans; rank 0's
+  plan is broadcast and run on every rank (`checkmate.sharded.agreement`), after checking that every rank captured
+  the same step. A rank whose planning fails makes every rank raise at once (`checkmate.training.ranks`).
+* Running (`checkmate.sharded.timeline`). The plan's schedule runs with each unit's all-gather placed before the
+  first step that reads its parameters, its free after its last forward read when `reshard_after_forward` says so
+  (FSDP2 keeps the root's), its all-gather again before its first backward read, and FSDP2's post-backward after
+  its last step: the reduce-scatter into the sharded `.grad` with FSDP2's own arithmetic (`foreach_reduce`), or with
+  `set_requires_gradient_sync(False)` the local accumulation. The gathers and frees are FSDP2's own (`unshard`,
+  `reshard`): the full parameters keep one tensor each, whose storage a gather fills and a free empties, so the
+  schedule reads them as plain inputs. Every rank issues the same collectives in the same order. With two ranks the
+  sharded `.grad`s equal eager FSDP2's bit for bit (tests/torch/test_sharded.py).
+* Memory, what the plan counts: the fixed memory holds this rank's shards of the parameters and of their
+  gradients (padded as FSDP2 pads them), the buffers and the batch; activations are planned as in a single-process
+  step; optimizer state is not counted, as in a single-process step. What the plan does NOT count yet: the gathered
+  (full) parameters of a unit from its gather to its free, the unsharded gradients of a unit from the op that makes
+  each to the unit's reduce-scatter, and FSDP2's reduce-scatter buffers. The measured peak is therefore above the
+  plan's by up to about those bytes (a metered call says so at INFO; it counts the parameters and gradients by their
+  local shards), and a budget covers activations and shards only.
+
+Not built yet (issue 21): gathered parameters and unsharded gradients as values of the plan (a re-gather as a
+recomputation priced in communication); gathers and reduce-scatters overlapped with compute (each runs where it is
+placed, and waits); the Inductor executor; `gradient_memory="when_made"`. Refused with ShardedTrainingError: CPU
+offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters, all-gather extensions, several parameter
+groups per unit, a root that is not sharded, and uneven inputs (another batch shape on some rank). A new batch shape
+is planned again on every rank together: every rank must meet it in the same call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from checkmate.errors import ShardedTrainingError
+from checkmate.execute.codegen import Call
+from checkmate.execute.gradients import StepGradients
+from checkmate.plan import Plan
+from checkmate.sharded.gradients import ShardedGradients
+from checkmate.sharded.planning import plan_sharded
+from checkmate.sharded.reads import unit_use
+from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.units import Unit, check_root, check_supported, initialize, units_of
+from checkmate.simulate import Schedule, Step
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training.compiled import CompiledStep
+from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
+from checkmate.training.ranks import on_every_rank
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ShardedStep", "compile_sharded"]
+
+
+def compile_sharded(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> ShardedStep:
+    """Plan the step of an FSDP2 model on every rank and return the step that runs rank 0's plan with FSDP2's
+    gathers and reductions.
+
+    A collective call: every rank of the model's process group must make it, with a batch of the same shapes.
+
+    Raises:
+        ShardedTrainingError: the model uses a feature the step does not reproduce (see the module doc).
+        RankFailed: another rank failed to check or plan the step.
+    """
+    check_root(model)
+    initialize(model)
+    units = units_of(model)
+    if not units:
+        raise ShardedTrainingError("the sharded model has no parameters to shard: compile it without fully_shard")
+    group = units[0].group.mesh_info.shard_process_group
+
+    def check() -> None:
+        check_supported(model)
+        if settings.capture.gradient_memory != "whole_step":
+            raise ShardedTrainingError(
+                "gradient_memory='when_made' is not supported for a sharded model yet: use 'whole_step' (the default)"
+            )
+
+    on_every_rank(check, group, units[0].group.device, what="checking the sharded model")
+    planned = plan_sharded(model, units, loss_fn, batch, settings, group)
+    return ShardedStep(model, loss_fn, settings, {signature_of(batch): planned}, units=units, group=group)
+
+
+class ShardedStep(CompiledStep):
+    """A compiled step of an FSDP2 model: the plan's step, with each unit gathered, freed and reduced as FSDP2 does.
+
+    Every rank must run the same plan: call `use_plan` and `load_plan` on every rank with the same plan, and give
+    every rank a batch of a new shape in the same call.
+
+    Attributes:
+        units: the model's FSDP2 units, in module order.
+        group: the process group the units shard over.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFunction,
+        settings: Settings,
+        compiled: dict[BatchSignature, Compiled],
+        *,
+        units: tuple[Unit, ...],
+        group: Any,
+    ) -> None:
+        self.units = units
+        self.group = group
+        self._gradients: ShardedGradients | None = None
+        self._layouts: dict[int, _Layout] = {}
+        super().__init__(model, loss_fn, settings, {key: self._with_units(value) for key, value in compiled.items()})
+
+    def _with_units(self, planned: Compiled) -> Compiled:
+        """`planned` with its schedule's steps and the units' calls placed among them, as one step function."""
+        layout = _layout(planned, self.units)
+        program = dataclasses.replace(
+            planned.program, fuse=functools.partial(self._placed_steps, layout.use), step_functions={}
+        )
+        self._layouts[id(program)] = layout
+        program.step_function(planned.schedule)  # generated now, not inside a metered step
+        return dataclasses.replace(planned, program=program)
+
+    def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
+        if not self._settings.replan:
+            return super()._replan(batch, signature)
+        log.info("a new batch signature: capturing and planning again on every rank")
+        planned = self._with_units(
+            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group)
+        )
+        self._compiled[signature] = planned
+        return planned
+
+    def _baseline(self, leaves: list[Any]) -> list[torch.Tensor]:
+        """What a metered call starts with that the plan counts: this rank's parameter and gradient shards (their
+        local tensors), the buffers and the batch."""
+        parameters = list(self.model.parameters())
+        tensors = [_local(parameter) for parameter in parameters]
+        tensors += [_local(parameter.grad) for parameter in parameters if parameter.grad is not None]
+        return [*tensors, *self.model.buffers(), *(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))]
+
+    def _check_measured_peak(self, measured: int, plan: Plan, device: torch.device) -> None:
+        """The plan does not count the gathered parameters nor the unsharded gradients yet, so a measured peak above
+        it is expected: said at INFO, not as the single-process step's warning."""
+        if measured > plan.peak_memory:
+            log.info(
+                "measured peak %s, above the plan's %s: the plan does not count gathered parameters and unsharded "
+                "gradients yet (checkmate.sharded)",
+                format_bytes(measured),
+                format_bytes(plan.peak_memory),
+            )
+
+    def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
+        return list(self._layouts[id(compiled.program)].parameters)
+
+    def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
+        self._gradients = ShardedGradients(parameters, self._layouts[id(compiled.program)].unit_of, self.units)
+        return self._gradients
+
+    def _placed_steps(self, use: UnitUse, schedule: Schedule) -> tuple[Step | Call, ...]:
+        return tuple(
+            Call(f"{step.action} unit {step.unit} ({self.units[step.unit].name!r})", functools.partial(self._act, step))
+            if isinstance(step, UnitCall)
+            else step
+            for step in place_unit_calls(schedule.steps, use)
+        )
+
+    def _act(self, call: UnitCall) -> None:
+        unit = self.units[call.unit]
+        if call.action == GATHER:
+            unit.module.unshard()
+        elif call.action == FREE:
+            unit.module.reshard()
+        elif call.action == REDUCE:
+            assert self._gradients is not None
+            self._gradients.reduce(call.unit)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a sharded (DTensor) parameter or gradient; a plain tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a plan's parameters live: the full parameter of each placeholder, its unit, and what each graph node does
+    with the units."""
+
+    parameters: tuple[nn.Parameter, ...]
+    unit_of: tuple[int, ...]
+    use: UnitUse
+
+
+def _layout(planned: Compiled, units: tuple[Unit, ...]) -> _Layout:
+    place = {
+        fsdp_param._param_fqn: (number, fsdp_param)
+        for number, unit in enumerate(units)
+        for fsdp_param in unit.group.fsdp_params
+    }
+    names = planned.captured.parameter_names
+    missing = [name for name in names if name not in place]
+    if missing:
+        raise ShardedTrainingError(
+            f"the parameters {missing[:5]} are not sharded by any fully_shard unit: apply fully_shard to the root too"
+        )
+    unit_of = tuple(place[name][0] for name in names)
+    reshard = tuple(unit.reshard_after_forward for unit in units)
+    return _Layout(
+        parameters=tuple(place[name][1].unsharded_param for name in names),
+        unit_of=unit_of,
+        use=unit_use(planned.captured, unit_of, reshard),
+    )

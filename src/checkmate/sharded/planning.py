@@ -1,0 +1,119 @@
+"""Planning a sharded step: capture it on the unsharded model, with the fixed memory of the shards, on every rank.
+
+Every unit is gathered for the capture (one all-gather per unit, in unit order on every rank), and the step is
+captured on a plain copy of the module tree that shares the gathered parameters and the buffers, without FSDP2's
+classes and hooks (FSDP2 modules refuse `copy.deepcopy`, which capture needs, and their hooks would gather and
+register autograd functions while tracing). So the captured graph is the same op graph as a single-process step of
+the full model. Every unit is freed again afterwards.
+
+The capture counts the full parameters and their gradients in the fixed memory; the sharded step holds only this
+rank's shards of them (`Unit.shard_bytes`, `Unit.gradient_shard_bytes`), so the difference is taken out through the
+capture's `optimizer_state_bytes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from torch import nn
+from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY
+from torch.distributed.fsdp import FSDPModule
+
+from checkmate.errors import ShardedTrainingError
+from checkmate.sharded.agreement import agree_on_plan
+from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training.planning import Compiled, Settings, plan_step
+from checkmate.training.ranks import on_every_rank
+from checkmate.units import format_bytes
+
+log = logging.getLogger(__name__)
+
+
+def plan_sharded(
+    model: nn.Module, units: Sequence[Unit], loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, group: Any
+) -> Compiled:
+    """Capture and plan the step of the unsharded model on every rank, and run rank 0's plan everywhere.
+
+    A collective call: every rank of `group` must make it, with a batch of the same shapes.
+
+    Raises:
+        RankFailed: planning failed on another rank (that rank raises its own error).
+        ShardedTrainingError: the ranks captured different steps.
+    """
+    device = units[0].group.device
+    with gathered(units):
+        plain = plain_copy(model)
+        held = shard_bytes_held(units)
+        full = full_bytes(parameter for unit in units for parameter in unit.parameters)
+        full += full_bytes(parameter for unit in units for parameter in unit.parameters if parameter.requires_grad)
+        capture = dataclasses.replace(settings.capture, optimizer_state_bytes=held - full)
+        log.info(
+            "sharded over %d units: %s of parameter and gradient shards in the fixed memory instead of %s",
+            len(units),
+            format_bytes(held),
+            format_bytes(full),
+        )
+        compiled = on_every_rank(
+            lambda: plan_step(plain, loss_fn, batch, dataclasses.replace(settings, capture=capture)),
+            group,
+            device,
+            what="planning the sharded step",
+        )
+    return agree_on_plan(compiled, group)
+
+
+@contextlib.contextmanager
+def gathered(units: Sequence[Unit]) -> Iterator[None]:
+    """Every unit gathered (FSDP2's `unshard`, in unit order), and freed again on leaving."""
+    for unit in units:
+        unit.module.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.module.reshard()
+
+
+def plain_copy(model: nn.Module) -> nn.Module:
+    """A copy of the module tree that shares the model's parameters and buffers as they are now registered (the
+    gathered ones, inside `gathered`), with each FSDP2 module back in the class `fully_shard` wrapped, without
+    FSDP2's forward hooks and without the record of its state."""
+    wrapped: list[nn.Module] = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    classes = [type(module) for module in wrapped]
+    states = [fsdp_module._get_fsdp_state() for fsdp_module in model.modules() if isinstance(fsdp_module, FSDPModule)]
+    shared: dict[int, Any] = {id(tensor): tensor for tensor in [*model.parameters(), *model.buffers()]}
+    shared |= {id(state): state for state in states}
+    try:
+        for module, wrapper in zip(wrapped, classes, strict=True):
+            module.__class__ = _unwrapped_class(wrapper)
+        plain = copy.deepcopy(model, shared)
+    finally:
+        for module, wrapper in zip(wrapped, classes, strict=True):
+            module.__class__ = wrapper
+    fsdp_states = tuple(states)
+    for module in plain.modules():
+        for key in (STATE_KEY, REGISTRY_KEY):  # fully_shard's record of its state, kept in the module's __dict__
+            module.__dict__.pop(key, None)
+        for hooks in (module._forward_pre_hooks, module._forward_hooks):
+            for key in [key for key, hook in hooks.items() if getattr(hook, "__self__", None) in fsdp_states]:
+                del hooks[key]
+                module._forward_pre_hooks_with_kwargs.pop(key, None)
+                module._forward_hooks_with_kwargs.pop(key, None)
+                module._forward_hooks_always_called.pop(key, None)
+    return plain
+
+
+def _unwrapped_class(wrapper: type) -> type:
+    """The class `fully_shard` wrapped: its wrapper class is `FSDP<name>(FSDPModule, <class>)`."""
+    bases = [base for base in wrapper.__bases__ if base is not FSDPModule]
+    if len(bases) != 1:
+        raise ShardedTrainingError(
+            f"cannot tell which class fully_shard wrapped in {wrapper.__name__} (bases {wrapper.__bases__})"
+        )
+    return bases[0]

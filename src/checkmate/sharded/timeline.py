@@ -1,0 +1,92 @@
+"""When a sharded step gathers, frees and reduces each FSDP2 unit, placed among the steps of the plan's schedule.
+
+The schedule is the plan's, made for the unsharded step; this module adds what FSDP2 adds around it, as eager FSDP2
+does around the forward and backward of each unit, at the places the schedule allows:
+
+* gather: before the first step that reads a unit's parameters, the unit's all-gather (its full parameters become
+  live). A step reads a parameter when one of its operations takes the parameter, or a view of it, as an argument.
+* free: with `reshard_after_forward`, right after the last step of the forward stages (up to the loss's stage) that
+  reads the unit's parameters; and the unit is gathered again before the first step of the backward stages that
+  reads them (a recomputed forward node or a backward node). Without it (the root), the parameters stay gathered.
+* reduce: right after the unit's last step, the later of the last step that reads its parameters and the last that
+  makes one of its gradients: FSDP2's post-backward, which reduce-scatters the unit's gradients into the sharded
+  `.grad`s (or keeps them, with `set_requires_gradient_sync(False)`) and frees the gathered parameters.
+
+Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order. Every rank runs
+the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank issues the same collectives in the
+same order. Nothing here overlaps a collective with compute yet: each gather and reduce runs where it is placed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checkmate.simulate import Compute, Step
+
+log = logging.getLogger(__name__)
+
+GATHER = "gather"
+FREE = "free"
+REDUCE = "reduce"
+
+
+@dataclass(frozen=True)
+class UnitCall:
+    """One action on one unit at its place in the schedule: GATHER, FREE or REDUCE."""
+
+    action: str
+    unit: int
+
+
+@dataclass(frozen=True)
+class UnitUse:
+    """What the schedule does with the units' parameters, per graph node.
+
+    Attributes:
+        reads: per graph node, the units whose parameters (or views of them) the node's operations read.
+        gradients: per graph node, the units whose gradients the node makes (on its first computation).
+        last_forward_stage: the stage of the node that makes the loss: stages after it are the backward.
+        reshard_after_forward: per unit, whether FSDP2 frees its parameters after its forward.
+    """
+
+    reads: tuple[frozenset[int], ...]
+    gradients: tuple[frozenset[int], ...]
+    last_forward_stage: int
+    reshard_after_forward: tuple[bool, ...]
+
+
+def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCall, ...]:
+    """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc)."""
+    forward_reads: dict[int, list[int]] = {}
+    backward_reads: dict[int, list[int]] = {}
+    last: dict[int, int] = {}
+    for position, step in enumerate(steps):
+        if not isinstance(step, Compute):
+            continue
+        reads = forward_reads if step.stage <= use.last_forward_stage else backward_reads
+        for unit in use.reads[step.node]:
+            reads.setdefault(unit, []).append(position)
+            last[unit] = position
+        if step.stage == step.node:
+            for unit in use.gradients[step.node]:
+                last[unit] = position
+    before: dict[int, list[UnitCall]] = {}
+    after: dict[int, list[UnitCall]] = {}
+    for unit in sorted(last):
+        forward, backward = forward_reads.get(unit, []), backward_reads.get(unit, [])
+        if use.reshard_after_forward[unit] and forward:
+            before.setdefault(forward[0], []).append(UnitCall(GATHER, unit))
+            after.setdefault(forward[-1], []).append(UnitCall(FREE, unit))
+            if backward:
+                before.setdefault(backward[0], []).append(UnitCall(GATHER, unit))
+        elif forward or backward:
+            before.setdefault((forward or backward)[0], []).append(UnitCall(GATHER, unit))
+        after.setdefault(last[unit], []).append(UnitCall(REDUCE, unit))
+    placed: list[Step | UnitCall] = []
+    for position, step in enumerate(steps):
+        placed += before.get(position, [])
+        placed.append(step)
+        placed += after.get(position, [])
+    return tuple(placed)

@@ -1,0 +1,308 @@
+"""checkmate.compile of a model sharded with FSDP2's `fully_shard` against eager FSDP2, with 2 CPU processes on gloo.
+
+The oracle on each rank is eager FSDP2: `loss_fn(reference, *batch).backward()` on a copy of the model sharded by its
+own `fully_shard` calls, fed the same per-rank batch. After every step the loss and every rank's local gradient
+shards (`.grad.to_local()`) must equal the oracle's bit for bit; after a step under
+`set_requires_gradient_sync(False)` the unsharded gradients FSDP2 keeps for the next step must equal the oracle's.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import faulthandler
+import operator
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+import checkmate
+from checkmate.errors import RankFailed, ShardedTrainingError
+from checkmate.sharded import ShardedStep
+from checkmate.sharded.reads import unit_use
+from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.units import shard_bytes_held
+from checkmate.simulate import Compute, Free
+
+WORLD_SIZE = 2
+TIMEOUT = datetime.timedelta(seconds=60)
+WIDTH = 16
+
+
+class TinyTransformer(nn.Module):
+    """An input projection, two encoder blocks and a head: `fully_shard` goes on each block and on the root."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, WIDTH)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(WIDTH, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+            for _ in range(2)
+        )
+        self.head = nn.Linear(WIDTH, 4)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = self.embed(inputs)
+        for block in self.blocks:
+            hidden = block(hidden)
+        return self.head(hidden)
+
+
+def loss_fn(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(model(inputs), targets)
+
+
+def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(100 * number + dist.get_rank())
+    return torch.randn(4, 6, 8, generator=generator), torch.randn(4, 6, 4, generator=generator)
+
+
+def _sharded(model: nn.Module, **options: Any) -> nn.Module:
+    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
+    return model
+
+
+def _pair() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    reference = copy.deepcopy(model)
+    return _sharded(model), _sharded(reference)
+
+
+def _assert_same_shards(model: nn.Module, reference: nn.Module, context: str) -> None:
+    for (name, got), want in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert (got.grad is None) == (want.grad is None), f"{context}: {name}.grad presence differs"
+        if want.grad is not None:
+            assert torch.equal(got.grad.to_local(), want.grad.to_local()), f"{context}: {name}'s gradient shard differs"
+
+
+def _assert_same_unsharded_gradients(step: ShardedStep, reference: nn.Module, context: str) -> None:
+    """After a step without gradient sync, FSDP2 keeps each unit's gradients on its full parameters."""
+    references = [unit.module for unit in step.units]
+    mirrors = [module for module in reference.modules() if hasattr(module, "_get_fsdp_state")]
+    assert len(references) == len(mirrors)
+    for unit, mirror in zip(step.units, mirrors, strict=True):
+        for got, want in zip(
+            unit.group.fsdp_params, mirror._get_fsdp_state()._fsdp_param_groups[0].fsdp_params, strict=True
+        ):
+            got_gradient, want_gradient = got.unsharded_param.grad, want.unsharded_param.grad
+            assert (got_gradient is None) == (want_gradient is None), f"{context}: {got._param_fqn} presence"
+            if want_gradient is not None:
+                assert torch.equal(got_gradient, want_gradient), f"{context}: {got._param_fqn} unsharded gradient"
+
+
+def _train(step: ShardedStep, reference: nn.Module, make: Callable[[int], Any]) -> None:
+    """Three steps with an Adam update between them, then one that accumulates without gradient sync and the
+    synchronised step after it."""
+    optimizers = [torch.optim.Adam(model.parameters(), lr=0.01) for model in (step.model, reference)]
+
+    def one_step(number: int) -> None:
+        batch = make(number)
+        loss = step(*batch)
+        expected = loss_fn(reference, *batch)
+        expected.backward()
+        context = f"rank {dist.get_rank()}, step {number}"
+        assert torch.equal(loss, expected.detach()), f"{context}: loss {loss.item()} != {expected.item()}"
+        _assert_same_shards(step.model, reference, context)
+
+    for number in range(3):
+        one_step(number)
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()
+    for model in (step.model, reference):
+        model.set_requires_gradient_sync(False)
+    one_step(3)
+    _assert_same_unsharded_gradients(step, reference, f"rank {dist.get_rank()}, accumulating step")
+    for model in (step.model, reference):
+        model.set_requires_gradient_sync(True)
+    one_step(4)
+
+
+OPTIONS: dict[str, Any] = {"cost_model": "flops", "cache": False, "measure_memory": "never"}
+
+
+def _full_budget() -> None:
+    model, reference = _pair()
+    step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
+    assert isinstance(step, ShardedStep)
+    assert [unit.reshard_after_forward for unit in step.units] == [False, True, True]
+    full = sum(parameter.numel() * 4 for parameter in TinyTransformer().parameters())
+    single = checkmate.capture(TinyTransformer(), loss_fn, make_batch(0), cost_model="unit")
+    shards = shard_bytes_held(step.units)
+    assert shards <= 0.6 * 2 * full, "each rank holds about half of the parameters and gradients"
+    assert step.graph.fixed_memory == single.graph.fixed_memory - 2 * full + shards, "the plan holds shards only"
+    _train(step, reference, make_batch)
+
+
+def _budget_that_recomputes() -> None:
+    model, reference = _pair()
+    step = checkmate.compile(model, loss_fn, make_batch(0), budget=0.8, method="chen_greedy", **OPTIONS)
+    assert step.plan.R.sum() > step.graph.size, "the budget must make the plan recompute"
+    _train(step, reference, make_batch)
+
+
+def _ranks_run_rank_0s_plan() -> None:
+    """Rank 0 plans with recomputation, rank 1 without: every rank must run rank 0's plan. The first call is metered
+    (sharded parameters and gradients counted by their local shards). A batch of a new shape on every rank is planned
+    again on every rank together."""
+    model, reference = _pair()
+    method, budget = ("chen_greedy", 0.8) if dist.get_rank() == 0 else ("checkpoint_all", 1.0)
+    options = {**OPTIONS, "measure_memory": "first"}  # the first call meters the step on each rank
+    step = checkmate.compile(model, loss_fn, make_batch(0), budget=budget, method=method, **options)
+    plans: list[Any] = [None] * WORLD_SIZE
+    dist.all_gather_object(plans, step.plan.R.tolist())
+    assert plans[0] == plans[1], "every rank must run one plan"
+    assert step.plan.method == "chen_greedy" and step.plan.R.sum() > step.graph.size, "rank 0's plan recomputes"
+    batch = make_batch(1)
+    assert torch.equal(step(*batch), loss_fn(reference, *batch).detach())
+    loss_fn(reference, *batch).backward()
+    _assert_same_shards(step.model, reference, f"rank {dist.get_rank()}")
+    assert step.report().measured_peak is not None
+    inputs, targets = make_batch(2)
+    longer = (torch.cat([inputs, inputs], dim=1), torch.cat([targets, targets], dim=1))
+    assert torch.equal(step(*longer), loss_fn(reference, *longer).detach()), "a new shape is planned on every rank"
+    loss_fn(reference, *longer).backward()
+    _assert_same_shards(step.model, reference, f"rank {dist.get_rank()}, a new batch shape")
+
+
+def _blocks_only() -> nn.Module:
+    model = TinyTransformer()
+    for block in model.blocks:
+        fully_shard(block, mesh=init_device_mesh("cpu", (WORLD_SIZE,)))
+    return model
+
+
+def _hybrid() -> nn.Module:
+    mesh = init_device_mesh("cpu", (1, WORLD_SIZE), mesh_dim_names=("replicate", "shard"))
+    return fully_shard(TinyTransformer(), mesh=mesh)
+
+
+def _refusals() -> None:
+    cases: list[tuple[Callable[[], nn.Module], str]] = [
+        (lambda: _sharded(TinyTransformer(), offload_policy=CPUOffloadPolicy(pin_memory=False)), "CPU offload"),
+        (lambda: _sharded(TinyTransformer(), mp_policy=MixedPrecisionPolicy(torch.bfloat16)), "mixed-precision"),
+        (_blocks_only, "root is not sharded"),
+        (_hybrid, "2-D device mesh"),
+    ]
+    for make_model, feature in cases:
+        with pytest.raises(ShardedTrainingError, match=feature):
+            checkmate.compile(make_model(), loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
+    inputs, targets = make_batch(0)
+    uneven = (inputs[: 2 + dist.get_rank()], targets[: 2 + dist.get_rank()])
+    with pytest.raises(ShardedTrainingError, match="uneven inputs"):
+        checkmate.compile(_pair()[0], loss_fn, uneven, budget=1.0, method="checkpoint_all", **OPTIONS)
+
+
+def _failing_rank_stops_the_others() -> None:
+    model, _ = _pair()
+
+    def fails_on_rank_1(module: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if dist.get_rank() == 1:
+            raise RuntimeError("rank 1 cannot trace this loss")
+        return loss_fn(module, inputs, targets)
+
+    started = time.perf_counter()
+    expected = RankFailed if dist.get_rank() == 0 else checkmate.errors.CaptureError
+    with pytest.raises(expected) as raised:
+        checkmate.compile(model, fails_on_rank_1, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
+    if dist.get_rank() == 0:
+        assert "[1]" in str(raised.value), raised.value
+    assert time.perf_counter() - started < 20, "a rank failing to plan must stop the others at once"
+
+
+def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
+    )
+    torch.set_num_threads(1)
+    faulthandler.dump_traceback_later(50)  # a rank stuck in a collective shows where before the gloo timeout
+    try:
+        for check in checks:
+            check()
+        dist.barrier()  # neither rank tears gloo down while the other still talks to it
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        dist.destroy_process_group()
+
+
+def _spawn(tmp_path: Path, *checks: Callable[[], None]) -> None:
+    mp.spawn(_worker, args=(str(tmp_path / "rendezvous"), list(checks)), nprocs=WORLD_SIZE, join=True)
+
+
+def test_matches_eager_fsdp2_at_full_budget(tmp_path: Path) -> None:
+    """No recomputation: three Adam steps, an accumulating step and a synchronised one, bit for bit on both ranks."""
+    _spawn(tmp_path, _full_budget)
+
+
+def test_matches_eager_fsdp2_when_recomputing(tmp_path: Path) -> None:
+    """A budget of 80 % makes the plan recompute: the same five steps, bit for bit on both ranks; ranks asking for
+    different budgets run rank 0's plan."""
+    _spawn(tmp_path, _budget_that_recomputes, _ranks_run_rank_0s_plan)
+
+
+def test_refuses_and_fails_together(tmp_path: Path) -> None:
+    """Unsupported FSDP2 features and uneven inputs are refused by name; a rank that fails to plan makes the other
+    raise at once."""
+    _spawn(tmp_path, _refusals, _failing_rank_stops_the_others)
+
+
+def test_unit_calls_follow_reshard_after_forward() -> None:
+    """Unit 0 (kept after the forward) is gathered once; unit 1 is freed after its forward read and gathered again
+    for its backward read; each is reduced after its last step; gathers precede and frees follow their steps."""
+    steps = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Compute(3, 3), Compute(4, 4)]
+    use = UnitUse(
+        reads=(frozenset({0}), frozenset({1}), frozenset(), frozenset({1}), frozenset({0})),
+        gradients=(frozenset(), frozenset(), frozenset(), frozenset({1}), frozenset({0})),
+        last_forward_stage=2,
+        reshard_after_forward=(False, True),
+    )
+    assert place_unit_calls(steps, use) == (
+        UnitCall(GATHER, 0),
+        Compute(0, 0),
+        UnitCall(GATHER, 1),
+        Compute(1, 1),
+        UnitCall(FREE, 1),
+        Compute(2, 2),
+        Free(1, 2),
+        UnitCall(GATHER, 1),
+        Compute(3, 3),
+        UnitCall(REDUCE, 1),
+        Compute(4, 4),
+        UnitCall(REDUCE, 0),
+    )
+
+
+def test_a_view_of_a_parameter_is_a_read_of_its_unit() -> None:
+    """A node that reads only a view made in another node (`t` of the weight, then its piece) reads the unit: a free
+    empties the view's storage too."""
+    graph = torch.fx.Graph()
+    weight, inputs = graph.placeholder("weight"), graph.placeholder("inputs")
+    transposed = graph.call_function(torch.ops.aten.t.default, (weight,))
+    pieces = graph.call_function(torch.ops.aten.split.Tensor, (transposed, 2))
+    piece = graph.call_function(operator.getitem, (pieces, 0))
+    product = graph.call_function(torch.ops.aten.mm.default, (inputs, piece))
+    loss = graph.call_function(torch.ops.aten.sum.default, (product,))
+    graph.output((loss,))
+    captured = SimpleNamespace(
+        module=torch.fx.GraphModule({}, graph),
+        members=(("t_default",), ("split_tensor", "getitem"), ("mm_default",), ("sum_default",)),
+        gradients=(None,),
+        loss="sum_default",
+    )
+    use = unit_use(captured, [0], (True,))
+    assert use.reads == (frozenset({0}), frozenset({0}), frozenset({0}), frozenset())
+    assert use.last_forward_stage == 3
