@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
 import numpy as np
 from oracles import with_workspace
 
@@ -9,6 +12,8 @@ import checkmate
 from checkmate.bounds import activation_floor
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph, Node
+
+Found = TypeVar("Found")
 
 FRACTIONS = (0.0, 0.15, 0.35, 0.7)  # of the way from the activation floor to the checkpoint_all peak
 
@@ -81,3 +86,18 @@ def proven_optimum(graph: Graph, budget: int) -> float | None:
         return None
     assert plan.status == "optimal"
     return plan.cost
+
+
+def against_the_optimum(bound: Callable[[Graph, int], Found]) -> Iterator[tuple[str, Graph, int, Found, float]]:
+    """For every graph of GRAPHS and each of its budgets where a plan fits: (name, graph, budget, what `bound`
+    found, the proven optimum). Where `bound` says no plan fits, asserts that none does."""
+    for name, graph in GRAPHS.items():
+        for budget in budgets(graph):
+            optimum = proven_optimum(graph, budget)
+            try:
+                found = bound(graph, budget)
+            except checkmate.InfeasibleBudget:
+                assert optimum is None, f"{name} at {budget}: a plan fits, yet the bound says none does"
+                continue
+            if optimum is not None:
+                yield name, graph, budget, found, optimum

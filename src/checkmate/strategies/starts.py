@@ -17,7 +17,9 @@ its inputs; on transformers it is the tighter one, GPT-2 small at 60 %: +13.8 % 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from checkmate.bounds.closure import closure_bound
 from checkmate.bounds.retention import retention_bound
@@ -32,6 +34,8 @@ from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.warm_start import best_baseline
 
 log = logging.getLogger(__name__)
+
+Found = TypeVar("Found")
 
 # The retention answer is improved only when it costs at most this much more than the improved baseline: on
 # transformers it starts at 10x the no-remat cost and hold_more cannot repair that in useful time.
@@ -83,28 +87,23 @@ def starting_plans(
         clock.report("baselines", cost=plans[-1].cost)
     bound = float(graph.costs.sum())
     bound_is_final = False
+
+    def failure() -> Exception:
+        return infeasible_budget(graph, budget, method=method, time_limit=message_time)
+
     if not clock.stopped:
-        try:
-            found = retention_bound(
-                graph,
-                budget,
-                time_limit=clock.share(policy.retention_share, minimum=policy.retention_minimum),
-                load_seconds_per_variable=policy.load_seconds_per_variable,
-            )
-        except InfeasibleBudget:
-            raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
+        load = policy.load_seconds_per_variable
+        retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
+        found = _or_infeasible(
+            lambda: retention_bound(graph, budget, time_limit=retention_time, load_seconds_per_variable=load), failure
+        )
         bound = max(bound, found.bound)
         bound_is_final = found.proven
         clock.report("retention bound", bound=bound)
-        try:
-            closure = closure_bound(
-                graph,
-                budget,
-                time_limit=clock.share(policy.closure_share, minimum=policy.retention_minimum),
-                load_seconds_per_variable=policy.load_seconds_per_variable,
-            )
-        except InfeasibleBudget:
-            raise infeasible_budget(graph, budget, method=method, time_limit=message_time) from None
+        closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
+        closure = _or_infeasible(
+            lambda: closure_bound(graph, budget, time_limit=closure_time, load_seconds_per_variable=load), failure
+        )
         bound = max(bound, closure.bound)
         clock.report("closure bound", bound=bound)
         seed = closure_start(graph, budget, closure, method=method, time_limit=clock.share(policy.closure_share))
@@ -124,3 +123,12 @@ def starting_plans(
     best = cheapest_fitting(plans, budget)
     log.info("starting plan: %s; bound %.6g", "none" if best is None else f"cost {best.cost:.6g}", bound)
     return Starts(best, bound, bound_is_final)
+
+
+def _or_infeasible(solve: Callable[[], Found], failure: Callable[[], Exception]) -> Found:
+    """What `solve` returns; when it proves that no plan fits, the error `failure` makes (which names the smallest
+    budget) instead."""
+    try:
+        return solve()
+    except InfeasibleBudget:
+        raise failure() from None
