@@ -49,12 +49,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.bounds.gaps import last_use, memory_gaps
+from checkmate.bounds.gaps import last_use, memory_gaps, spanning_bytes, working_set
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import lp_backend
 from checkmate.milp.backends.policy import solver_time_limit
-from checkmate.milp.formulation import expand_ranges
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 from checkmate.units import format_bytes
 
@@ -149,10 +148,7 @@ def closure_bound(
 def tightest_stages(graph: Graph, budget: int, count: int) -> np.ndarray:
     """The `count` stages where base_b plus every value live across stage b (were nothing rebuilt) most exceeds
     the budget, tightest first; stages that could hold all of that are left out (their bound is zero)."""
-    gaps = memory_gaps(graph)
-    gap, stage = expand_ranges(gaps.a + 1, gaps.b)
-    spanning = np.bincount(stage, weights=graph.memory[gaps.node[gap]], minlength=graph.size)
-    pressure = _base(graph) + spanning - budget
+    pressure = _base(graph) + spanning_bytes(graph, memory_gaps(graph)) - budget
     order = np.argsort(-pressure, kind="stable")
     return order[pressure[order] > 0][:count]
 
@@ -204,9 +200,7 @@ def stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | None:
 
 def _base(graph: Graph) -> np.ndarray:
     """int64[T]: base_b, the bytes live when node b runs whatever the plan (module doc), fixed memory included."""
-    inputs_bytes = np.zeros(graph.size, dtype=np.int64)
-    np.add.at(inputs_bytes, graph.edges[:, 1], graph.memory[graph.edges[:, 0]])
-    return graph.fixed_memory + graph.memory + graph.workspace + inputs_bytes + graph.retained_through
+    return graph.fixed_memory + working_set(graph)
 
 
 def _ancestors(graph: Graph, nodes: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""The gaps between a node's uses and the rows built over them: the shared vocabulary of the retention MILP.
+"""The gaps between a node's uses, the rows built over them, and the bytes every plan has live at a stage: the
+shared vocabulary of the retention and closure bounds.
 
 A node i with distinct users u_1 < ... < u_m has the gaps (i, u_1], (u_1, u_2], ..., (u_{m-1}, u_m]: stage ranges
 that are disjoint and exclude stage i. Rows are COO triplets of `sum coefficient * column >= lower`.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkmate.graph import Graph
+from checkmate.milp.formulation import expand_ranges
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,23 @@ def last_use(graph: Graph) -> np.ndarray:
     last = np.arange(graph.size, dtype=np.int64)
     np.maximum.at(last, graph.edges[:, 0], graph.edges[:, 1])
     return last
+
+
+def inputs_bytes(graph: Graph) -> np.ndarray:
+    """int64[T]: the bytes of each node's distinct inputs."""
+    total = np.zeros(graph.size, dtype=np.int64)
+    np.add.at(total, graph.edges[:, 1], graph.memory[graph.edges[:, 0]])
+    return total
+
+
+def working_set(graph: Graph) -> np.ndarray:
+    """int64[T]: the bytes live when node t runs in its own stage, whatever the plan, beside the fixed memory: its
+    output and first-run workspace, each distinct input, and what nodes 0..t retain (`Graph.retained_through`)."""
+    return graph.memory + graph.workspace + inputs_bytes(graph) + graph.retained_through
+
+
+def spanning_bytes(graph: Graph, gaps: Gaps) -> np.ndarray:
+    """int64[T]: at each stage t, the bytes of the gaps (a, b] with a < t < b: what is live all through stage t
+    unless it is recomputed in its gap."""
+    gap, stage = expand_ranges(gaps.a + 1, gaps.b)
+    return np.bincount(stage, weights=graph.memory[gaps.node[gap]], minlength=graph.size).astype(np.int64)

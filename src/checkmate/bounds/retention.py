@@ -44,7 +44,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.bounds.gaps import Gaps, Rows, gaps_of_every_node, memory_gaps
+from checkmate.bounds.gaps import (
+    Gaps,
+    Rows,
+    gaps_of_every_node,
+    inputs_bytes,
+    memory_gaps,
+    spanning_bytes,
+    working_set,
+)
 from checkmate.bounds.input_cover import InputCover, input_cover
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
@@ -214,14 +222,13 @@ def _encode(graph: Graph, budget: int, *, recompute_rows: bool = True, cover: bo
     """
     capacity = budget - graph.fixed_memory
     gaps = memory_gaps(graph)
-    inputs_bytes = np.zeros(graph.size, dtype=np.int64)
-    np.add.at(inputs_bytes, graph.edges[:, 1], graph.memory[graph.edges[:, 0]])
-    need = _stage_need(graph, gaps, capacity, inputs_bytes)
+    inputs = inputs_bytes(graph)
+    need = _stage_need(graph, gaps, capacity)
     added = input_cover(graph, gaps, np.flatnonzero(need > 0) if cover else np.zeros(0, dtype=np.int64))
     memory_blocks = [_stage_rows(graph, gaps, need, _held_terms(graph, gaps, added))]
     fixed_zero = np.zeros(gaps.node.size, dtype=bool)
     if recompute_rows:
-        rows, fixed_zero = _recompute_rows(graph, gaps, capacity, inputs_bytes)
+        rows, fixed_zero = _recompute_rows(graph, gaps, capacity, inputs)
         memory_blocks.append(rows)
     memory = _stacked(memory_blocks)
     memory_unit = _power_of_two_unit(
@@ -289,12 +296,13 @@ def _stacked(blocks: list[Rows]) -> Rows:
     )
 
 
-def _stage_need(graph: Graph, gaps: Gaps, capacity: int, inputs_bytes: np.ndarray) -> np.ndarray:
-    """int64[T]: need_t = base_t + sum of the sizes of the gaps spanning stage t - capacity (see `_stage_rows`).
+def _stage_need(graph: Graph, gaps: Gaps, capacity: int) -> np.ndarray:
+    """int64[T]: need_t = base_t + sum of the sizes of the gaps spanning stage t - capacity (see `_stage_rows`), with
+    base_t the working set of node t (`checkmate.bounds.gaps.working_set`).
 
     Raises InfeasibleBudget when base_t alone exceeds the capacity: then no plan fits.
     """
-    base = graph.memory + graph.workspace + inputs_bytes + graph.retained_through
+    base = working_set(graph)
     if base.max(initial=0) > capacity:
         t = int(np.argmax(base))
         raise _infeasible(
@@ -303,9 +311,7 @@ def _stage_need(graph: Graph, gaps: Gaps, capacity: int, inputs_bytes: np.ndarra
             f"node {t} ({graph.nodes[t].name!r}) needs {format_bytes(int(base[t]))} with its inputs, workspace and "
             f"what is retained by then, beside {format_bytes(graph.fixed_memory)} of fixed memory",
         )
-    gap, stage = expand_ranges(gaps.a + 1, gaps.b)
-    spanning = np.bincount(stage, weights=graph.memory[gaps.node[gap]], minlength=graph.size).astype(np.int64)
-    return base + spanning - capacity
+    return base + spanning_bytes(graph, gaps) - capacity
 
 
 def _stage_rows(graph: Graph, gaps: Gaps, need: np.ndarray, held: _HeldTerms) -> Rows:

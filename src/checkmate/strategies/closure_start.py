@@ -95,9 +95,10 @@ def _plan(graph: Graph, answer: _Answer, method: str) -> Plan:
     first, final = _needs_after(graph, answer.stage, set(answer.rebuilt.tolist()))
     held = set(answer.held.tolist())
     for node in (int(v) for v in np.concatenate([answer.held, answer.rebuilt])):
-        S[_last_use_until(graph, node, answer.stage) + 1 :, node] = False
+        before = _last_use_until(graph, node, answer.stage)
+        S[before + 1 :, node] = False
         if node in held and node in final:
-            S[_last_use_until(graph, node, answer.stage) + 1 : final[node] + 1, node] = True
+            S[before + 1 : final[node] + 1, node] = True
         elif node in first:
             S[first[node] + 1 : final[node] + 1, node] = True
     R, S = prune_checkpoints(graph, cheapest_r(graph, S), S)
