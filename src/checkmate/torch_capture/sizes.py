@@ -4,8 +4,9 @@ The fake tensors in `meta["val"]` give shapes and dtypes without allocating anyt
 functionalized graph they do not share storage objects the way real views would. Aliasing is
 therefore read from the op schemas instead: an output annotated as an alias of an input (`Tensor(a)`
 in `view`, `t`, `expand`, `detach`, `alias`...), an `_unsafe_view`, or a `getitem` of a multi-output
-op lives in its source's storage. Every other tensor output gets a new storage whose size is that
-of the fake tensor's storage. Bytes are then counted per storage, never per tensor.
+op lives in its source's storage. Every other tensor output gets a new storage whose size is what
+the device's allocator takes for the fake tensor's storage (`allocated_bytes`). Bytes are then counted
+per storage, never per tensor.
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ log = logging.getLogger(__name__)
 StorageKey = int
 
 _UNSAFE_VIEWS = frozenset({"aten::_unsafe_view"})
+# CUDA's caching allocator hands out blocks in multiples of 512 bytes (`kMinBlockSize` in c10/cuda/
+# CUDACachingAllocator.cpp), and `torch.cuda.max_memory_allocated` counts the blocks: a 4-byte loss takes 512.
+CUDA_BLOCK_BYTES = 512
+
+
+def allocated_bytes(tensor: torch.Tensor) -> int:
+    """Bytes the tensor's device allocator takes for its storage: the storage's size, rounded up to whole
+    512-byte blocks on CUDA (an empty storage takes none)."""
+    size = int(tensor.untyped_storage().nbytes())
+    if tensor.device.type != "cuda":
+        return size
+    return -(-size // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
 
 
 def tensors_of(value: Any) -> Iterator[torch.Tensor]:
@@ -67,7 +80,7 @@ def storage_table(graph: torch.fx.Graph) -> StorageTable:
                 keys.append(source)
             elif isinstance(output, torch.Tensor):
                 keys.append(len(sizes))
-                sizes[len(sizes)] = int(output.untyped_storage().nbytes())
+                sizes[len(sizes)] = allocated_bytes(output)
             else:
                 keys.append(None)
         slots[node.name] = tuple(keys)
