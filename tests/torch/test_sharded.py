@@ -28,11 +28,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 import checkmate
 from checkmate.errors import RankFailed, ShardedTrainingError
+from checkmate.execute.memory import storage_bytes
 from checkmate.sharded import ShardedStep
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.sharded.units import shard_bytes_held
 from checkmate.simulate import Compute, Free
+from checkmate.torch_capture.allocator import allocator_peak
 
 WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -62,9 +64,16 @@ def loss_fn(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> to
     return nn.functional.mse_loss(model(inputs), targets)
 
 
-def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(number: int, sequences: int = 4, length: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step `number`'s batch on this rank; the default shape keeps the units' bytes above the activations'."""
     generator = torch.Generator().manual_seed(100 * number + dist.get_rank())
-    return torch.randn(4, 6, 8, generator=generator), torch.randn(4, 6, 4, generator=generator)
+    shape = (sequences, length)
+    return torch.randn(*shape, 8, generator=generator), torch.randn(*shape, 4, generator=generator)
+
+
+def make_long_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch whose activations outweigh the units' parameters: there recomputation saves memory."""
+    return make_batch(number, sequences=16, length=32)
 
 
 def _sharded(model: nn.Module, **options: Any) -> nn.Module:
@@ -150,9 +159,9 @@ def _full_budget() -> None:
 
 def _budget_that_recomputes() -> None:
     model, reference = _pair()
-    step = checkmate.compile(model, loss_fn, make_batch(0), budget=0.8, method="chen_greedy", **OPTIONS)
+    step = checkmate.compile(model, loss_fn, make_long_batch(0), budget=0.8, method="chen_greedy", **OPTIONS)
     assert step.plan.R.sum() > step.graph.size, "the budget must make the plan recompute"
-    _train(step, reference, make_batch)
+    _train(step, reference, make_long_batch)
 
 
 def _ranks_run_rank_0s_plan() -> None:
@@ -162,21 +171,67 @@ def _ranks_run_rank_0s_plan() -> None:
     model, reference = _pair()
     method, budget = ("chen_greedy", 0.8) if dist.get_rank() == 0 else ("checkpoint_all", 1.0)
     options = {**OPTIONS, "measure_memory": "first"}  # the first call meters the step on each rank
-    step = checkmate.compile(model, loss_fn, make_batch(0), budget=budget, method=method, **options)
+    step = checkmate.compile(model, loss_fn, make_long_batch(0), budget=budget, method=method, **options)
     plans: list[Any] = [None] * WORLD_SIZE
     dist.all_gather_object(plans, step.plan.R.tolist())
     assert plans[0] == plans[1], "every rank must run one plan"
     assert step.plan.method == "chen_greedy" and step.plan.R.sum() > step.graph.size, "rank 0's plan recomputes"
-    batch = make_batch(1)
+    batch = make_long_batch(1)
     assert torch.equal(step(*batch), loss_fn(reference, *batch).detach())
     loss_fn(reference, *batch).backward()
     _assert_same_shards(step.model, reference, f"rank {dist.get_rank()}")
     assert step.report().measured_peak is not None
-    inputs, targets = make_batch(2)
+    inputs, targets = make_long_batch(2)
     longer = (torch.cat([inputs, inputs], dim=1), torch.cat([targets, targets], dim=1))
     assert torch.equal(step(*longer), loss_fn(reference, *longer).detach()), "a new shape is planned on every rank"
     loss_fn(reference, *longer).backward()
     _assert_same_shards(step.model, reference, f"rank {dist.get_rank()}, a new batch shape")
+
+
+def _rank_peak(call: Callable[[], Any], model: nn.Module, batch: tuple[torch.Tensor, ...]) -> int:
+    """This rank's peak over `call` on the CPU allocator, plus what it holds as the call starts that a plan counts:
+    its parameter shards, its gradient shards (when present) and the batch."""
+    parameters = list(model.parameters())
+    held = [parameter.to_local() for parameter in parameters]
+    held += [parameter.grad.to_local() for parameter in parameters if parameter.grad is not None]
+    return storage_bytes([*held, *batch]) + allocator_peak(call)
+
+
+def _peaks_within_plan() -> None:
+    """The allocator's per-rank peak is at or below the plan's, which counts the gathered parameters, the unsharded
+    gradients and the reduce buffers (`checkmate.sharded.memory`), whether the step starts from `.grad = None` or
+    accumulates into the gradient shards; at 60 % it is below eager FSDP2's peak. On the small batch the units'
+    bytes matter: the measured peak is above what the plan's graph alone counts, so a plan without them would not
+    hold."""
+    torch.manual_seed(0)
+    base = TinyTransformer()
+    small, large = make_batch(0), make_long_batch(0)
+    eager = _sharded(copy.deepcopy(base))
+    loss_fn(eager, *large).backward()
+    eager.zero_grad(set_to_none=True)
+    eager_peak = _rank_peak(lambda: loss_fn(eager, *large).backward(), eager, large)
+    for batch, budget, method in (
+        (small, 1.0, "checkpoint_all"),
+        (large, 1.0, "checkpoint_all"),
+        (large, 0.6, "optimal"),
+    ):
+        model = _sharded(copy.deepcopy(base))
+        options = {"time_limit": 20} if method == "optimal" else {}
+        step = checkmate.compile(model, loss_fn, batch, budget=budget, method=method, **OPTIONS, **options)
+        planned = step.report().planned_peak
+        context = f"rank {dist.get_rank()}, {tuple(batch[0].shape)} at {budget:.0%}"
+        step(*batch)
+        accumulating = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023 (called at once)
+        assert accumulating <= planned, f"{context}: measured {accumulating}, planned {planned}"
+        if batch is small:
+            graph_only = step.plan.peak_memory
+            assert accumulating > graph_only, f"{context}: measured {accumulating}, the graph alone {graph_only}"
+        model.zero_grad(set_to_none=True)
+        from_empty = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023
+        assert from_empty <= planned, f"{context}: measured {from_empty} from .grad = None, planned {planned}"
+        if budget < 1.0:
+            assert step.plan.R.sum() > step.graph.size, f"{context}: the plan must recompute"
+            assert from_empty < eager_peak, f"{context}: measured {from_empty}, eager FSDP2's peak {eager_peak}"
 
 
 def _blocks_only() -> nn.Module:
@@ -252,6 +307,10 @@ def test_matches_eager_fsdp2_when_recomputing(tmp_path: Path) -> None:
     """A budget of 80 % makes the plan recompute: the same five steps, bit for bit on both ranks; ranks asking for
     different budgets run rank 0's plan."""
     _spawn(tmp_path, _budget_that_recomputes, _ranks_run_rank_0s_plan)
+
+
+def test_peak_within_plan_and_below_eager_fsdp2(tmp_path: Path) -> None:
+    _spawn(tmp_path, _peaks_within_plan)
 
 
 def test_refuses_and_fails_together(tmp_path: Path) -> None:

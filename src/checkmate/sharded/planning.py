@@ -9,6 +9,12 @@ the full model. Every unit is freed again afterwards.
 The capture counts the full parameters and their gradients in the fixed memory; the sharded step holds only this
 rank's shards of them (`Unit.shard_bytes`, `Unit.gradient_shard_bytes`), so the difference is taken out through the
 capture's `optimizer_state_bytes`.
+
+The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
+the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
+them. A fraction is of that peak without recomputation. The graph's plan is solved within the budget less what the
+units hold at the no-recomputation peak; when the sharded peak of the plan found is still over the budget (the units'
+bytes peak elsewhere), it is solved again that much lower, at most `FIT_ROUNDS` times.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ from torch import nn
 from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY
 from torch.distributed.fsdp import FSDPModule
 
-from checkmate.errors import ShardedTrainingError
+from checkmate.errors import InfeasibleBudget, ShardedTrainingError
 from checkmate.sharded.agreement import agree_on_plan
+from checkmate.sharded.layout import unit_layout
+from checkmate.sharded.memory import sharded_peak
 from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.planning import Compiled, Settings, plan_step
+from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
 from checkmate.training.ranks import on_every_rank
-from checkmate.units import format_bytes
+from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +68,61 @@ def plan_sharded(
             format_bytes(full),
         )
         compiled = on_every_rank(
-            lambda: plan_step(plain, loss_fn, batch, dataclasses.replace(settings, capture=capture)),
+            lambda: _plan_within_budget(plain, units, loss_fn, batch, dataclasses.replace(settings, capture=capture)),
             group,
             device,
             what="planning the sharded step",
         )
     return agree_on_plan(compiled, group)
+
+
+FIT_ROUNDS = 3
+
+
+def _plan_within_budget(
+    plain: nn.Module, units: Sequence[Unit], loss_fn: LossFunction, batch: Sequence[Any], settings: Settings
+) -> Compiled:
+    """This rank's plan whose sharded peak fits the budget (see the module doc).
+
+    Raises:
+        InfeasibleBudget: no plan of the method fits, or none was found within `FIT_ROUNDS` solves.
+    """
+    no_remat = plan_step(
+        plain, loss_fn, batch, dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={})
+    )
+    layout = unit_layout(no_remat.captured, units)
+    reference = sharded_peak(no_remat.schedule, layout.use, layout.sizes)
+    budget = resolve_budget(settings.budget, reference)
+    held = reference - no_remat.plan.peak_memory
+    graph_budget = budget - held
+    for _ in range(FIT_ROUNDS):
+        try:
+            planned = plan_again(no_remat, graph_budget, settings)
+        except InfeasibleBudget as refusal:
+            minimum = None if refusal.minimum is None else refusal.minimum + held
+            about = "" if minimum is None else f"; a per-rank budget of about {format_bytes(minimum)} could fit"
+            raise InfeasibleBudget(
+                f"{refusal} (the step's graph was planned within {format_bytes(graph_budget)}: the units' gathered "
+                f"parameters, unsharded gradients and reduce buffers hold {format_bytes(held)} beside it{about})",
+                budget=budget,
+                minimum=minimum,
+            ) from refusal
+        peak = sharded_peak(planned.schedule, layout.use, layout.sizes)
+        log.info(
+            "sharded peak %s for a budget of %s (the graph planned within %s)",
+            format_bytes(peak),
+            format_bytes(budget),
+            format_bytes(graph_budget),
+        )
+        if peak <= budget:
+            return planned
+        graph_budget -= peak - budget
+    raise InfeasibleBudget(
+        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves (the units' bytes "
+        "peak where the plan's do): raise the budget",
+        budget=budget,
+        minimum=None,
+    )
 
 
 @contextlib.contextmanager

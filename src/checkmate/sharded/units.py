@@ -45,6 +45,11 @@ class Unit:
         return [fsdp_param.unsharded_param for fsdp_param in self.group.fsdp_params]
 
     @property
+    def world_size(self) -> int:
+        """How many ranks the unit is sharded over."""
+        return int(self.group.mesh_info.shard_mesh_size)
+
+    @property
     def shard_bytes(self) -> int:
         """Bytes this rank holds of the unit's parameters: its padded shards."""
         return sum(

@@ -7,6 +7,7 @@ possible), for each capture the executor offers; the plan of least predicted cos
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -102,6 +103,17 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
         raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
     best.program.step_function(best.schedule)  # generated now: the Inductor executor compiles its fused runs here
     return best
+
+
+def plan_again(compiled: Compiled, budget: int, settings: Settings) -> Compiled:
+    """The same capture planned again within `budget` bytes with the settings' method (from the disk cache when
+    possible): for a caller whose budget covers more than the capture's graph counts (a sharded step).
+
+    Raises:
+        InfeasibleBudget: no plan of the method fits `budget`.
+    """
+    plan = _cached_solve(compiled.captured, budget, settings, _solve_options(settings, time.perf_counter()))
+    return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
 
 
 def _plan_capture(
