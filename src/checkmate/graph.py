@@ -56,13 +56,18 @@ class Graph:
         nodes: the ops in execution order.
         fixed_memory: bytes held for the whole step (parameters, inputs, and gradients unless the nodes that make
             them retain them); counted in every peak.
+        stage_held: empty, or per stage t, bytes held outside the plan throughout stage t beside the fixed memory
+            and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.stage_extras`).
+            Counted in every moment of the stage, through `retained_through`.
     """
 
     nodes: tuple[Node, ...]
     fixed_memory: int = 0
+    stage_held: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "stage_held", tuple(self.stage_held))
         _validate(self)
 
     @property
@@ -100,13 +105,16 @@ class Graph:
 
     @cached_property
     def retained_through(self) -> np.ndarray:
-        """int64[n]: bytes nodes 0..t retain, held from the moment node t first runs (cumulative `retained`)."""
-        return np.cumsum(self.retained).astype(np.int64)
+        """int64[n]: bytes nodes 0..t retain, held from the moment node t first runs (cumulative `retained`), plus
+        what stage t holds outside the plan (`stage_held`)."""
+        held = np.cumsum(self.retained).astype(np.int64)
+        return held + np.array(self.stage_held, dtype=np.int64) if self.stage_held else held
 
     @cached_property
     def held_before_stage(self) -> np.ndarray:
-        """int64[n]: bytes outside the plan held throughout stage t until node t first runs: the fixed memory and
-        what nodes 0..t-1 retain. While node t runs in its own stage, and after, add `retained[t]`."""
+        """int64[n]: bytes outside the plan held throughout stage t until node t first runs: the fixed memory, what
+        nodes 0..t-1 retain and what the stage holds (`stage_held`). While node t runs in its own stage, and after,
+        add `retained[t]`."""
         return self.fixed_memory + self.retained_through - self.retained
 
     @cached_property
@@ -139,12 +147,16 @@ class Graph:
     def to_json(self) -> str:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
-        A node's "workspace" and "retained" are written only when nonzero and "recompute_workspace" only when
-        set, so graphs without them keep the plain shape.
+        A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" only when set
+        and the graph's "stage_held" only when not empty, so graphs without them keep the plain shape.
         """
-        return json.dumps(
-            {"nodes": [_node_to_dict(node) for node in self.nodes], "fixed_memory": self.fixed_memory}, indent=1
-        )
+        data: dict[str, Any] = {
+            "nodes": [_node_to_dict(node) for node in self.nodes],
+            "fixed_memory": self.fixed_memory,
+        }
+        if self.stage_held:
+            data["stage_held"] = list(self.stage_held)
+        return json.dumps(data, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Graph:
@@ -156,7 +168,8 @@ class Graph:
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise InvalidGraph('graph JSON must be an object with a "nodes" list (and optional "fixed_memory")')
         nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
-        return cls(tuple(nodes), fixed_memory=_whole_bytes(data.get("fixed_memory", 0)))
+        stage_held = tuple(_whole_bytes(value) for value in data.get("stage_held", ()))
+        return cls(tuple(nodes), fixed_memory=_whole_bytes(data.get("fixed_memory", 0)), stage_held=stage_held)
 
 
 def _node_to_dict(node: Node) -> dict[str, Any]:
@@ -207,6 +220,10 @@ def _validate(graph: Graph) -> None:
         raise InvalidGraph(f"fixed_memory must be an integer number of bytes >= 0, got {graph.fixed_memory!r}")
     if not graph.nodes:
         raise InvalidGraph("the graph has no nodes: a training step needs at least one op")
+    if graph.stage_held and (
+        len(graph.stage_held) != len(graph.nodes) or not all(_is_byte_count(value) for value in graph.stage_held)
+    ):
+        raise InvalidGraph(f"stage_held must be empty or one byte count >= 0 per node ({len(graph.nodes)})")
     seen: set[str] = set()
     for index, node in enumerate(graph.nodes):
         label = f"node {index} ({node.name!r})"

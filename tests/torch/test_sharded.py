@@ -224,7 +224,7 @@ def _peaks_within_plan() -> None:
         accumulating = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023 (called at once)
         assert accumulating <= planned, f"{context}: measured {accumulating}, planned {planned}"
         if batch is small:
-            graph_only = step.plan.peak_memory
+            graph_only = checkmate.lower(step.graph, step.plan.R, step.plan.S).peak_memory
             assert accumulating > graph_only, f"{context}: measured {accumulating}, the graph alone {graph_only}"
         model.zero_grad(set_to_none=True)
         from_empty = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023

@@ -15,7 +15,8 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     U[t,0] counts the checkpoints S[t]; computing v_k adds R[t,k] M_k; after v_k, its inputs i are freed when
     FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k} (1 - R[t,j]). While v_k runs it also holds
     its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that,
-    plus what every node computed at least once so far retains (`Node.retained`, held to the end of the step).
+    plus what every node computed at least once so far retains (`Node.retained`, held to the end of the step), plus
+    what stage t holds outside the plan (`Graph.stage_held`, a sharded step's units).
     """
     T = graph.size
     M = [int(m) for m in graph.memory]
@@ -24,6 +25,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     R = R.astype(bool).tolist()
     S = S.astype(bool).tolist()
     later_users = [[[j for j in graph.users[i] if j > k] for i in graph.predecessors[k]] for k in range(T)]
+    stage_held = list(graph.stage_held) or [0] * T
     cost = float(sum(float(graph.costs[i]) for t in range(T) for i in range(T) if R[t][i]))
     peak = 0
     ever_computed: set[int] = set()
@@ -36,7 +38,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
             usage += M[k]
             ever_computed.add(k)
             retained = sum(graph.nodes[j].retained for j in ever_computed)
-            peak = max(peak, usage + retained + (W[k] if k == t else W_again[k]))
+            peak = max(peak, usage + retained + stage_held[t] + (W[k] if k == t else W_again[k]))
             for i, later in zip(graph.predecessors[k], later_users[k], strict=True):
                 if not held_next[i] and not any(R[t][j] for j in later):
                     usage -= M[i]
@@ -45,8 +47,8 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 
 def replay_peak(graph: Graph, steps: tuple) -> int:
     """Replay steps with a plain list of live copies: the peak right after each compute (with that node's
-    workspace, or its recompute workspace when the step's stage is not the node's own, and what every node computed
-    so far retains), plus fixed memory."""
+    workspace, or its recompute workspace when the step's stage is not the node's own, what every node computed
+    so far retains and what the step's stage holds outside the plan), plus fixed memory."""
     live: list[int] = []
     ever_computed: set[int] = set()
     peak = 0
@@ -60,7 +62,8 @@ def replay_peak(graph: Graph, steps: tuple) -> int:
             again = node.workspace if node.recompute_workspace is None else node.recompute_workspace
             transient = node.workspace if step.stage == step.node else again
             retained = sum(graph.nodes[j].retained for j in ever_computed)
-            peak = max(peak, sum(int(graph.memory[i]) for i in live) + transient + retained)
+            outside = retained + (graph.stage_held[step.stage] if graph.stage_held else 0)
+            peak = max(peak, sum(int(graph.memory[i]) for i in live) + transient + outside)
         else:
             live.remove(step.node)
     assert live == [], f"values still live at the end of the schedule: {live}"
@@ -94,3 +97,12 @@ def with_retained(graph: Graph, seed: int, largest: int = 4) -> Graph:
     retained = rng.integers(1, largest + 1, graph.size) * (rng.random(graph.size) < 0.5) * graph.is_backward
     nodes = tuple(dataclasses.replace(node, retained=int(r)) for node, r in zip(graph.nodes, retained, strict=True))
     return Graph(nodes, fixed_memory=graph.fixed_memory)
+
+
+def with_stage_held(graph: Graph, seed: int, largest: int = 4) -> Graph:
+    """The same graph with random bytes in [0, largest] held outside the plan in each stage (`Graph.stage_held`: what
+    a sharded step's units hold then)."""
+    rng = np.random.default_rng(seed + 2000)
+    return dataclasses.replace(
+        graph, stage_held=tuple(int(value) for value in rng.integers(0, largest + 1, graph.size))
+    )

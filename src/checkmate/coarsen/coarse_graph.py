@@ -9,7 +9,8 @@ Block b becomes one node:
   the moment member m runs holds the exported members up to m, the internal members still to be read, and m's own
   workspace; the block's workspace is the largest such moment less its memory. The recompute workspace replays
   the members' recompute workspaces;
-* retained: the sum of its members' (all of it from the block's run, at or before each member's own run).
+* retained: the sum of its members' (all of it from the block's run, at or before each member's own run);
+* the graph's `stage_held`, when it has one: the largest of its members' stages.
 
 So the moment a coarse node runs (its inputs, its memory, its workspace) bounds every moment of its members in
 the expanded plan, where inputs are freed after their last member reader and internal values after their last
@@ -54,7 +55,12 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
     exported[edges[crossing, 0]] = True
     exported[[node for node, users in enumerate(graph.users) if not users]] = True
     nodes = [_block_node(graph, partition, block, exported) for block in range(partition.num_blocks)]
-    return Coarsening(graph, partition, Graph(tuple(nodes), fixed_memory=graph.fixed_memory), exported)
+    blocks = [partition.members(block) for block in range(partition.num_blocks)]
+    stage_held = (
+        tuple(max(graph.stage_held[members.start : members.stop]) for members in blocks) if graph.stage_held else ()
+    )
+    coarse = Graph(tuple(nodes), fixed_memory=graph.fixed_memory, stage_held=stage_held)
+    return Coarsening(graph, partition, coarse, exported)
 
 
 def _block_node(graph: Graph, partition: Partition, block: int, exported: np.ndarray) -> Node:

@@ -40,7 +40,6 @@ from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
-from checkmate.graph import Graph
 from checkmate.inductor.kernels import compile_kernels, example_value
 from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph
@@ -132,7 +131,7 @@ class CheckmateBackend:
         copies = sum(
             _bytes(value) for node, value in zip(_placeholders(captured), inputs, strict=True) if node in mutated
         )
-        graph = Graph(graph.nodes, fixed_memory=graph.fixed_memory + copies)
+        graph = dataclasses.replace(graph, fixed_memory=graph.fixed_memory + copies)
         captured = dataclasses.replace(captured, graph=graph)
         no_remat = solve(graph, None, method="checkpoint_all")
         budget = resolve_budget(self.budget, no_remat.peak_memory)

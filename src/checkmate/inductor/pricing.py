@@ -33,7 +33,7 @@ def priced_graph(
             captured.graph.nodes, kernels, measures, captured.exports, strict=True
         )
     )
-    return Graph(nodes, fixed_memory=captured.graph.fixed_memory)
+    return dataclasses.replace(captured.graph, nodes=nodes)
 
 
 def _priced(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
@@ -61,13 +62,28 @@ class UnitBytes:
 
 def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
     """Bytes in use at each moment of the sharded step: after each compute step and during each unit call."""
+    return tuple(graph_part + units for _, graph_part, units in _moments(schedule, use, sizes))
+
+
+def stage_extras(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
+    """Per stage, the most the units hold beside the graph's own usage at any moment of it (a unit call belongs to
+    the stage of the compute step before it, or of the first one): the `Graph.stage_held` that lets a solver see
+    the units, estimated on `schedule`."""
+    extras = [0] * (max((step.stage for step in schedule.steps), default=-1) + 1)
+    for stage, _, units in _moments(schedule, use, sizes):
+        extras[stage] = max(extras[stage], units)
+    return tuple(extras)
+
+
+def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tuple[int, int, int]]:
+    """(stage, the graph's usage, what the units hold beside it) at each moment of the sharded step."""
     gathered = [False] * len(sizes.parameters)
     unsharded = [0] * len(sizes.parameters)
     reduce_buffer = 0
     copies: deque[int] = deque([0, 0, 0], maxlen=3)
     before = sizes.fixed_memory
+    stage = next((step.stage for step in schedule.steps if isinstance(step, Compute)), 0)
     computes = iter(schedule.usage)
-    usage: list[int] = []
 
     def held() -> int:
         parameters = sum(size for size, live in zip(sizes.parameters, gathered, strict=True) if live)
@@ -75,14 +91,14 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
 
     for step in place_unit_calls(schedule.steps, use):
         if isinstance(step, Compute):
-            before = next(computes)
-            usage.append(before + held())  # the node's own gradients are in its workspace at this moment
+            before, stage = next(computes), step.stage
+            yield stage, before, held()  # the node's own gradients are in its workspace at this moment
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
         elif isinstance(step, UnitCall):
             copy = _copies(step, sizes)
-            usage.append(before + held() + _transient(step, sizes) + copy)
+            yield stage, before, held() + _transient(step, sizes) + copy
             copies.append(copy)
             if step.action == GATHER:
                 gathered[step.unit] = True
@@ -92,7 +108,6 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
                 gathered[step.unit] = False
                 unsharded[step.unit] = 0
                 reduce_buffer = sizes.gradients[step.unit]
-    return tuple(usage)
 
 
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:

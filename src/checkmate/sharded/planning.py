@@ -12,9 +12,11 @@ capture's `optimizer_state_bytes`.
 
 The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
-them. A fraction is of that peak without recomputation. The graph's plan is solved within the budget less what the
-units hold at the no-recomputation peak; when the sharded peak of the plan found is still over the budget (the units'
-bytes peak elsewhere), it is solved again that much lower, at most `FIT_ROUNDS` times.
+them. A fraction is of that peak without recomputation. The solver sees the units through the graph's `stage_held`:
+per stage, what they hold beside the graph's own usage in the step without recomputation
+(`checkmate.sharded.memory.stage_extras`). A recomputing plan can move a unit's gather earlier than that; when the
+sharded peak of the plan found is over the budget, each stage takes the larger of the two estimates, that one and the
+plan's, and the graph is solved again, at most `FIT_ROUNDS` solves in all.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from torch.distributed.fsdp import FSDPModule
 from checkmate.errors import InfeasibleBudget, ShardedTrainingError
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
-from checkmate.sharded.memory import sharded_peak
+from checkmate.sharded.memory import sharded_peak, stage_extras
 from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
@@ -93,33 +95,18 @@ def _plan_within_budget(
     layout = unit_layout(no_remat.captured, units)
     reference = sharded_peak(no_remat.schedule, layout.use, layout.sizes)
     budget = resolve_budget(settings.budget, reference)
-    held = reference - no_remat.plan.peak_memory
-    graph_budget = budget - held
+    held = stage_extras(no_remat.schedule, layout.use, layout.sizes)
     for _ in range(FIT_ROUNDS):
-        try:
-            planned = plan_again(no_remat, graph_budget, settings)
-        except InfeasibleBudget as refusal:
-            minimum = None if refusal.minimum is None else refusal.minimum + held
-            about = "" if minimum is None else f"; a per-rank budget of about {format_bytes(minimum)} could fit"
-            raise InfeasibleBudget(
-                f"{refusal} (the step's graph was planned within {format_bytes(graph_budget)}: the units' gathered "
-                f"parameters, unsharded gradients and reduce buffers hold {format_bytes(held)} beside it{about})",
-                budget=budget,
-                minimum=minimum,
-            ) from refusal
+        planned = plan_again(no_remat, budget, settings, dataclasses.replace(no_remat.captured.graph, stage_held=held))
         peak = sharded_peak(planned.schedule, layout.use, layout.sizes)
-        log.info(
-            "sharded peak %s for a budget of %s (the graph planned within %s)",
-            format_bytes(peak),
-            format_bytes(budget),
-            format_bytes(graph_budget),
-        )
+        log.info("sharded peak %s for a budget of %s", format_bytes(peak), format_bytes(budget))
         if peak <= budget:
             return planned
-        graph_budget -= peak - budget
+        found = stage_extras(planned.schedule, layout.use, layout.sizes)
+        held = tuple(max(pair) for pair in zip(held, found, strict=True))
     raise InfeasibleBudget(
-        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves (the units' bytes "
-        "peak where the plan's do): raise the budget",
+        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves (a recomputing "
+        "plan moves the units' gathers): raise the budget",
         budget=budget,
         minimum=None,
     )

@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
+from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
@@ -105,14 +106,16 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     return best
 
 
-def plan_again(compiled: Compiled, budget: int, settings: Settings) -> Compiled:
+def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph) -> Compiled:
     """The same capture planned again within `budget` bytes with the settings' method (from the disk cache when
-    possible): for a caller whose budget covers more than the capture's graph counts (a sharded step).
+    possible), solved on `graph`: the capture's graph with more held outside the plan (a sharded step's units,
+    `Graph.stage_held`). The schedule is lowered on the capture's own graph.
 
     Raises:
         InfeasibleBudget: no plan of the method fits `budget`.
     """
-    plan = _cached_solve(compiled.captured, budget, settings, _solve_options(settings, time.perf_counter()))
+    options = _solve_options(settings, time.perf_counter())
+    plan = _cached_solve(compiled.captured, budget, settings, options, graph)
     return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
 
 
@@ -182,9 +185,13 @@ def _solve_options(settings: Settings, started: float) -> dict[str, Any]:
     return {**settings.solve_options, "time_limit": left if asked is None else min(asked, left)}
 
 
-def _cached_solve(captured: Captured, budget: int, settings: Settings, options: dict[str, Any]) -> Plan:
+def _cached_solve(
+    captured: Captured, budget: int, settings: Settings, options: dict[str, Any], graph: Graph | None = None
+) -> Plan:
+    """The plan of `graph` (by default the capture's) within `budget`, from the disk cache when possible."""
+    graph = captured.graph if graph is None else graph
     key = plan_cache.plan_key(
-        captured.graph,
+        graph,
         budget=budget,
         method=settings.method,
         options=options,
@@ -193,11 +200,11 @@ def _cached_solve(captured: Captured, budget: int, settings: Settings, options: 
     )
 
     def solved() -> Plan:
-        return solve(captured.graph, budget, method=settings.method, **options)
+        return solve(graph, budget, method=settings.method, **options)
 
     if not settings.cache:
         return solved()
-    return plan_cache.cached_solve(key, captured.graph, cost_model=captured.cost_model, options=options, solve=solved)
+    return plan_cache.cached_solve(key, graph, cost_model=captured.cost_model, options=options, solve=solved)
 
 
 def batch_signature(leaves: list[Any], spec: Any) -> BatchSignature:

@@ -1,0 +1,54 @@
+"""`checkmate.sharded.memory` against figures worked out by hand on a four-node schedule of two units.
+
+Unit 0 is the root (kept gathered after the forward), unit 1 a block (resharded after it). Nodes 0 and 1 are the
+forward (they read units 0 and 1), node 2 reads unit 1 and makes its gradients (20 bytes), node 3 reads unit 0 and
+makes its gradients (10 bytes). The calls are placed as `place_unit_calls` places them:
+gather 0, C0, gather 1, C1, free 1, gather 1, C2, reduce 1, C3, reduce 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage
+from checkmate.sharded.timeline import UnitUse
+from checkmate.simulate import Compute, Schedule
+
+SCHEDULE = Schedule(
+    tuple(Compute(node, node) for node in range(4)), cost=4.0, peak_memory=300, usage=(100, 200, 300, 250)
+)
+USE = UnitUse(
+    reads=(frozenset({0}), frozenset({1}), frozenset({1}), frozenset({0})),
+    gradients=(frozenset(), frozenset(), frozenset({1}), frozenset({0})),
+    last_forward_stage=1,
+    reshard_after_forward=(False, True),
+)
+
+
+def _sizes(collectives_copy: bool) -> UnitBytes:
+    return UnitBytes(
+        parameters=(10, 20),
+        gradients=(10, 20),
+        parameter_shards=(5, 10),
+        gradient_shards=(5, 10),
+        made=({}, {}, {1: 20}, {0: 10}),
+        fixed_memory=50,
+        collectives_copy=collectives_copy,
+    )
+
+
+@pytest.mark.parametrize(
+    ("collectives_copy", "expected"),
+    [
+        # gather 0: fixed 50 + its flat buffer and outputs 2 x 10; C0: 100 + unit 0; gather 1: 100 + 10 + 2 x 20; ...
+        # reduce 1: 300 + both units' parameters 30 + unit 1's gradients 20 + its reduce-scatter input and output 30;
+        # C3: 250 + unit 0 + the reduce-scatter input FSDP2 keeps 20; reduce 0: 250 + 10 + 10 + 20 + 10 + 5.
+        (False, (70, 110, 150, 230, 230, 250, 330, 380, 280, 305)),
+        # gloo's copies: 15 per unit-0 call, 30 per unit-1 call, during the call and for the three calls after it
+        (True, (85, 125, 195, 275, 275, 325, 390, 470, 340, 380)),
+    ],
+)
+def test_usage_matches_the_hand_count(collectives_copy: bool, expected: tuple[int, ...]) -> None:
+    sizes = _sizes(collectives_copy)
+    assert sharded_usage(SCHEDULE, USE, sizes) == expected
+    assert sharded_peak(SCHEDULE, USE, sizes) == max(expected)
