@@ -16,7 +16,7 @@ them. A fraction is of that peak without recomputation. The solver sees the unit
 per stage, what they hold beside the graph's own usage in the step without recomputation
 (`checkmate.sharded.memory.stage_extras`). A recomputing plan can move a unit's gather earlier than that; when the
 sharded peak of the plan found is over the budget, each stage takes the larger of the two estimates, that one and the
-plan's, and the graph is solved again, at most `FIT_ROUNDS` solves in all.
+plan's, and the graph is solved again, at most `FIT_ROUNDS` solves in all, which share the method's `time_limit`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -96,8 +97,16 @@ def _plan_within_budget(
     reference = sharded_peak(no_remat.schedule, layout.use, layout.sizes)
     budget = resolve_budget(settings.budget, reference)
     held = stage_extras(no_remat.schedule, layout.use, layout.sizes)
+    asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
     for _ in range(FIT_ROUNDS):
-        planned = plan_again(no_remat, budget, settings, dataclasses.replace(no_remat.captured.graph, stage_held=held))
+        options = settings.solve_options
+        if asked is not None:  # the rounds share the time limit
+            left = asked - (time.perf_counter() - started)
+            if left <= 0:
+                break
+            options = {**options, "time_limit": left}
+        graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
+        planned = plan_again(no_remat, budget, dataclasses.replace(settings, solve_options=options), graph)
         peak = sharded_peak(planned.schedule, layout.use, layout.sizes)
         log.info("sharded peak %s for a budget of %s", format_bytes(peak), format_bytes(budget))
         if peak <= budget:
@@ -105,8 +114,8 @@ def _plan_within_budget(
         found = stage_extras(planned.schedule, layout.use, layout.sizes)
         held = tuple(max(pair) for pair in zip(held, found, strict=True))
     raise InfeasibleBudget(
-        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves (a recomputing "
-        "plan moves the units' gathers): raise the budget",
+        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit (a "
+        "recomputing plan moves the units' gathers): raise the budget or the time limit",
         budget=budget,
         minimum=None,
     )
