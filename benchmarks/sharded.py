@@ -16,7 +16,8 @@ runs one torch thread, and every configuration is a fresh FSDP2 copy of the same
   policies of `benchmarks/peers_tools.py`: save matmuls and attention, and TorchTitan's every other matmul;
 * ours, `checkmate.compile(method="optimal")` with each peer's measured per-rank peak as the budget in bytes (peaks
   within `--merge-within` share the smaller one), planned again with a lower budget, at most `--fit-iterations`
-  times, while the meter reads over that peak; and ours at budget 1.0 (`checkpoint_all`, no recomputation).
+  times, while the meter reads over that peak; and ours at budget 1.0 (`checkpoint_all`, no recomputation), with
+  each unit's all-gather prefetched (the default) and not (`checkmate.sharded.layout.PREFETCH_GATHERS`).
 
 One meter for all, on each rank: the bytes the rank holds at the start (its parameter shards, buffers and tokens;
 `.grad` is None) plus the CPU allocator's peak over a step above that (`allocator_peak`: profiler allocation events,
@@ -60,6 +61,7 @@ from torch.distributed.tensor import DTensor
 
 import checkmate
 from checkmate.execute.memory import storage_bytes
+from checkmate.sharded import layout
 from checkmate.torch_capture.allocator import allocator_peak
 from peers_tools import SAC_POLICIES
 from rows import Row, Stored, add_row_arguments, measure_or_load
@@ -325,16 +327,21 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         ours = fit_ours((base, loss_fn, batch), level_bytes, reference, args)
         matched |= {id(config): ours for config in configs}
     full = compile_ours((base, loss_fn, batch), 1.0, args)
-    if not full.note:
-        full.grad_diff = gradient_difference(full, reference)
-        full.peak = per_rank_peak(full, batch, args.meter_calls)
-    ours_configs = list({id(config): config for config in [*matched.values(), full]}.values())
+    layout.PREFETCH_GATHERS = False  # the same plan with each all-gather where it is waited for: what prefetching buys
+    serial = compile_ours((base, loss_fn, batch), 1.0, args)
+    layout.PREFETCH_GATHERS = True
+    serial.name = "ours, budget 1.0, all-gathers not prefetched"
+    for config in (full, serial):
+        if not config.note:
+            config.grad_diff = gradient_difference(config, reference)
+            config.peak = per_rank_peak(config, batch, args.meter_calls)
+    ours_configs = list({id(config): config for config in [*matched.values(), full, serial]}.values())
     everyone = peers + ours_configs
     log.info("timing %d configurations, %d rounds", len(everyone), args.repeats)
     medians = dict(zip(map(id, everyone), interleaved_medians(everyone, args.repeats), strict=True))
     rows = []
-    for config in [*peers, full]:
-        ours = matched.get(id(config), full)
+    for config in [*peers, full, serial]:
+        ours = matched.get(id(config), config)
         seconds = medians[id(config)]
         rows.append({
             "model": MODEL, "tool": config.tool, "config": config.name, "peak": config.peak,

@@ -31,7 +31,7 @@ from checkmate.errors import RankFailed, ShardedTrainingError
 from checkmate.execute.memory import storage_bytes
 from checkmate.sharded import ShardedStep
 from checkmate.sharded.reads import unit_use
-from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.sharded.units import shard_bytes_held
 from checkmate.simulate import Compute, Free
 from checkmate.torch_capture.allocator import allocator_peak
@@ -335,6 +335,35 @@ def test_unit_calls_follow_reshard_after_forward() -> None:
         UnitCall(GATHER, 1),
         Compute(1, 1),
         UnitCall(FREE, 1),
+        Compute(2, 2),
+        Free(1, 2),
+        UnitCall(GATHER, 1),
+        Compute(3, 3),
+        UnitCall(REDUCE, 1),
+        Compute(4, 4),
+        UnitCall(REDUCE, 0),
+    )
+
+
+def test_prefetches_start_each_gather_early_but_after_the_unit_is_released() -> None:
+    """With prefetching, unit 1's first all-gather starts right after unit 0's gather; its second one cannot start
+    before its own free, so it starts there, not at the gather before it."""
+    steps = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Compute(3, 3), Compute(4, 4)]
+    use = UnitUse(
+        reads=(frozenset({0}), frozenset({1}), frozenset(), frozenset({1}), frozenset({0})),
+        gradients=(frozenset(), frozenset(), frozenset(), frozenset({1}), frozenset({0})),
+        last_forward_stage=2,
+        reshard_after_forward=(False, True),
+        prefetch_gathers=True,
+    )
+    assert place_unit_calls(steps, use) == (
+        UnitCall(GATHER, 0),
+        UnitCall(PREFETCH, 1),
+        Compute(0, 0),
+        UnitCall(GATHER, 1),
+        Compute(1, 1),
+        UnitCall(FREE, 1),
+        UnitCall(PREFETCH, 1),
         Compute(2, 2),
         Free(1, 2),
         UnitCall(GATHER, 1),

@@ -3,10 +3,13 @@
 Unit 0 is the root (kept gathered after the forward), unit 1 a block (resharded after it). Nodes 0 and 1 are the
 forward (they read units 0 and 1), node 2 reads unit 1 and makes its gradients (20 bytes), node 3 reads unit 0 and
 makes its gradients (10 bytes). The calls are placed as `place_unit_calls` places them:
-gather 0, C0, gather 1, C1, free 1, gather 1, C2, reduce 1, C3, reduce 0.
+gather 0, C0, gather 1, C1, free 1, gather 1, C2, reduce 1, C3, reduce 0 (and with prefetching, each gather of
+unit 1 started early).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -38,17 +41,20 @@ def _sizes(collectives_copy: bool) -> UnitBytes:
 
 
 @pytest.mark.parametrize(
-    ("collectives_copy", "expected"),
+    ("collectives_copy", "prefetch", "expected"),
     [
         # gather 0: fixed 50 + its flat buffer and outputs 2 x 10; C0: 100 + unit 0; gather 1: 100 + 10 + 2 x 20; ...
         # reduce 1: 300 + both units' parameters 30 + unit 1's gradients 20 + its reduce-scatter input and output 30;
         # C3: 250 + unit 0 + the reduce-scatter input FSDP2 keeps 20; reduce 0: 250 + 10 + 10 + 20 + 10 + 5.
-        (False, (70, 110, 150, 230, 230, 250, 330, 380, 280, 305)),
+        (False, False, (70, 110, 150, 230, 230, 250, 330, 380, 280, 305)),
         # gloo's copies: 15 per unit-0 call, 30 per unit-1 call, during the call and for the three calls after it
-        (True, (85, 125, 195, 275, 275, 325, 390, 470, 340, 380)),
+        (True, False, (85, 125, 195, 275, 275, 325, 390, 470, 340, 380)),
+        # prefetching: gather 0, prefetch 1 (its flat buffer, 20), C0, gather 1 (the buffer and the outputs), C1,
+        # free 1, prefetch 1 (after the free), gather 1, C2, reduce 1, C3, reduce 0
+        (False, True, (70, 80, 130, 150, 230, 230, 230, 250, 330, 380, 280, 305)),
     ],
 )
-def test_usage_matches_the_hand_count(collectives_copy: bool, expected: tuple[int, ...]) -> None:
-    sizes = _sizes(collectives_copy)
-    assert sharded_usage(SCHEDULE, USE, sizes) == expected
-    assert sharded_peak(SCHEDULE, USE, sizes) == max(expected)
+def test_usage_matches_the_hand_count(collectives_copy: bool, prefetch: bool, expected: tuple[int, ...]) -> None:
+    sizes, use = _sizes(collectives_copy), dataclasses.replace(USE, prefetch_gathers=prefetch)
+    assert sharded_usage(SCHEDULE, use, sizes) == expected
+    assert sharded_peak(SCHEDULE, use, sizes) == max(expected)

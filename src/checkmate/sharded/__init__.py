@@ -31,9 +31,10 @@ What is built (the first part of issue 21):
   ranks the allocator's per-rank peak is at or below the planned one (tests/torch/test_sharded.py). Optimizer state
   is not counted, as in a single-process step.
 
-Not built yet (issue 21): a re-gather as a decision of the plan (a recomputation priced in communication): the
-units follow `reshard_after_forward`; gathers and reduce-scatters overlapped with compute (each runs where it is
-placed, and waits); the Inductor executor; `gradient_memory="when_made"`. Refused with ShardedTrainingError: CPU
+Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). Not built yet
+(issue 21): a re-gather as a decision of the plan (a recomputation priced in communication): the units follow
+`reshard_after_forward`; reduce-scatters overlapped with compute (each runs where it is placed, and waits); the
+Inductor executor; `gradient_memory="when_made"`. Refused with ShardedTrainingError: CPU
 offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters, all-gather extensions, several parameter
 groups per unit, a root that is not sharded, and uneven inputs (another batch shape on some rank). A new batch shape
 is planned again on every rank together: every rank must meet it in the same call.
@@ -59,7 +60,7 @@ from checkmate.sharded.gradients import ShardedGradients
 from checkmate.sharded.layout import UnitLayout, unit_layout
 from checkmate.sharded.memory import sharded_peak
 from checkmate.sharded.planning import plan_sharded
-from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.sharded.units import Unit, check_root, check_supported, initialize, units_of
 from checkmate.simulate import Schedule, Step, lower
 from checkmate.torch_capture.trace import LossFunction
@@ -127,6 +128,7 @@ class ShardedStep(CompiledStep):
         self.units = units
         self.group = group
         self._gradients: ShardedGradients | None = None
+        self._prefetched: dict[int, Any] = {}  # unit: FSDP2's UnshardHandle of an all-gather started early
         self._layouts: dict[int, UnitLayout] = {}
         super().__init__(model, loss_fn, settings, {key: self._with_units(value) for key, value in compiled.items()})
 
@@ -202,8 +204,14 @@ class ShardedStep(CompiledStep):
 
     def _act(self, call: UnitCall) -> None:
         unit = self.units[call.unit]
-        if call.action == GATHER:
-            unit.module.unshard()
+        if call.action == PREFETCH:
+            self._prefetched[call.unit] = unit.module.unshard(async_op=True)
+        elif call.action == GATHER:
+            handle = self._prefetched.pop(call.unit, None)
+            if handle is None:
+                unit.module.unshard()
+            else:
+                handle.wait()
         elif call.action == FREE:
             unit.module.reshard()
         elif call.action == REDUCE:

@@ -7,6 +7,7 @@ parameters. `unit_layout` ties each placeholder to its unit, finds what each gra
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from checkmate.sharded.timeline import UnitUse
 from checkmate.sharded.units import Unit
 
 log = logging.getLogger(__name__)
+
+# Start each unit's all-gather early, as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`).
+PREFETCH_GATHERS = True
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,10 @@ def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
         )
     unit_of = tuple(place[name][0] for name in names)
     parameters = tuple(place[name][1].unsharded_param for name in names)
-    use = unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units))
+    use = dataclasses.replace(
+        unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units)),
+        prefetch_gathers=PREFETCH_GATHERS,
+    )
     return UnitLayout(parameters, unit_of, use, _sizes(captured, units, unit_of, parameters))
 
 

@@ -6,7 +6,8 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
 * the gathered parameters of every unit between its GATHER and its FREE or its REDUCE (FSDP2's post-backward
   frees them, `reshard_after_backward`): `UnitBytes.parameters`, each parameter padded as FSDP2 pads it, times the
   world size. While a gather runs, FSDP2's flat all-gather buffer is alive beside the per-parameter outputs it is
-  copied into: twice those bytes.
+  copied into: twice those bytes. A prefetched gather holds the flat buffer from its PREFETCH to its GATHER, where the
+  per-parameter outputs are made and the flat buffer let go.
 * the unsharded gradients of every unit from the op that first makes each (`UnitBytes.made`, per graph node) to the
   unit's REDUCE.
 * while a unit reduces, its reduce-scatter input (the padded unsharded gradients, `UnitBytes.gradients`) and output
@@ -31,7 +32,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ def stage_extras(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[in
 def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tuple[int, int, int]]:
     """(stage, the graph's usage, what the units hold beside it) at each moment of the sharded step."""
     gathered = [False] * len(sizes.parameters)
+    in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
     reduce_buffer = 0
     copies: deque[int] = deque([0, 0, 0], maxlen=3)
@@ -86,7 +88,8 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tup
     computes = iter(schedule.usage)
 
     def held() -> int:
-        parameters = sum(size for size, live in zip(sizes.parameters, gathered, strict=True) if live)
+        live = [was or pending for was, pending in zip(gathered, in_flight, strict=True)]
+        parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
         return parameters + sum(unsharded) + reduce_buffer + sum(copies)
 
     for step in place_unit_calls(schedule.steps, use):
@@ -97,11 +100,15 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tup
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
         elif isinstance(step, UnitCall):
-            copy = _copies(step, sizes)
-            yield stage, before, held() + _transient(step, sizes) + copy
+            prefetched = in_flight[step.unit]
+            copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
+            transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
+            yield stage, before, held() + transient + copy
             copies.append(copy)
-            if step.action == GATHER:
-                gathered[step.unit] = True
+            if step.action == PREFETCH:
+                in_flight[step.unit] = True
+            elif step.action == GATHER:
+                gathered[step.unit], in_flight[step.unit] = True, False
             elif step.action == FREE:
                 gathered[step.unit] = False
             elif step.action == REDUCE:  # FSDP2's post-backward also frees the gathered parameters
@@ -118,7 +125,7 @@ def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:
 def _copies(call: UnitCall, sizes: UnitBytes) -> int:
     if not sizes.collectives_copy:
         return 0
-    if call.action == GATHER:
+    if call.action in (GATHER, PREFETCH):
         return sizes.parameters[call.unit] + sizes.parameter_shards[call.unit]
     if call.action == REDUCE:
         return sizes.gradients[call.unit] + sizes.gradient_shards[call.unit]
@@ -128,6 +135,8 @@ def _copies(call: UnitCall, sizes: UnitBytes) -> int:
 def _transient(call: UnitCall, sizes: UnitBytes) -> int:
     if call.action == GATHER:
         return 2 * sizes.parameters[call.unit]
+    if call.action == PREFETCH:  # the flat buffer, held from here on (`in_flight`)
+        return sizes.parameters[call.unit]
     if call.action == REDUCE:
         return sizes.gradients[call.unit] + sizes.gradient_shards[call.unit]
     return 0

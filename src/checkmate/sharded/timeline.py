@@ -12,13 +12,19 @@ does around the forward and backward of each unit, at the places the schedule al
   makes one of its gradients: FSDP2's post-backward, which reduce-scatters the unit's gradients into the sharded
   `.grad`s (or keeps them, with `set_requires_gradient_sync(False)`) and frees the gathered parameters.
 
+* prefetch (with `UnitUse.prefetch_gathers`): each gather but the first is started early, as FSDP2's implicit
+  prefetching starts the next unit's all-gather: right after the gather before it, or after the unit's own last
+  free or reduce if that comes later. The all-gather then runs on the process group's thread while the steps between
+  compute, and the GATHER at its place only waits for it.
+
 Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order. Every rank runs
 the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank issues the same collectives in the
-same order. Nothing here overlaps a collective with compute yet: each gather and reduce runs where it is placed.
+same order. Reduce-scatters are not overlapped: each runs where it is placed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +36,13 @@ log = logging.getLogger(__name__)
 GATHER = "gather"
 FREE = "free"
 REDUCE = "reduce"
+PREFETCH = "prefetch"
 
 
 @dataclass(frozen=True)
 class UnitCall:
-    """One action on one unit at its place in the schedule: GATHER, FREE or REDUCE."""
+    """One action on one unit at its place in the schedule: GATHER, FREE, REDUCE or PREFETCH (a GATHER's
+    all-gather started early; the GATHER then waits for it)."""
 
     action: str
     unit: int
@@ -49,12 +57,14 @@ class UnitUse:
         gradients: per graph node, the units whose gradients the node makes (on its first computation).
         last_forward_stage: the stage of the node that makes the loss: stages after it are the backward.
         reshard_after_forward: per unit, whether FSDP2 frees its parameters after its forward.
+        prefetch_gathers: whether each gather but the first is started early (PREFETCH).
     """
 
     reads: tuple[frozenset[int], ...]
     gradients: tuple[frozenset[int], ...]
     last_forward_stage: int
     reshard_after_forward: tuple[bool, ...]
+    prefetch_gathers: bool = False
 
 
 def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCall, ...]:
@@ -89,4 +99,24 @@ def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCa
         placed += before.get(position, [])
         placed.append(step)
         placed += after.get(position, [])
-    return tuple(placed)
+    return _with_prefetches(placed) if use.prefetch_gathers else tuple(placed)
+
+
+def _with_prefetches(placed: Sequence[Step | UnitCall]) -> tuple[Step | UnitCall, ...]:
+    """`placed` with a PREFETCH of each GATHER's unit but the first's, right after the GATHER before it or after the
+    unit's own last FREE or REDUCE before it, whichever is later."""
+    calls = [(position, step) for position, step in enumerate(placed) if isinstance(step, UnitCall)]
+    gathers = [(position, call) for position, call in calls if call.action == GATHER]
+    starts: dict[int, list[UnitCall]] = {}
+    for (previous, _), (current, gather) in itertools.pairwise(gathers):
+        released = [
+            position
+            for position, call in calls
+            if previous < position < current and call.unit == gather.unit and call.action in (FREE, REDUCE)
+        ]
+        starts.setdefault(max([previous, *released]), []).append(UnitCall(PREFETCH, gather.unit))
+    with_prefetches: list[Step | UnitCall] = []
+    for position, step in enumerate(placed):
+        with_prefetches.append(step)
+        with_prefetches += starts.get(position, [])
+    return tuple(with_prefetches)
