@@ -76,6 +76,14 @@ def stage_extras(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[in
     return tuple(extras)
 
 
+def stage_peaks(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
+    """Per stage, the most bytes in use at any moment of it (`sharded_usage`, grouped as `stage_extras` groups)."""
+    peaks = [0] * (max((step.stage for step in schedule.steps), default=-1) + 1)
+    for stage, graph_part, units in _moments(schedule, use, sizes):
+        peaks[stage] = max(peaks[stage], graph_part + units)
+    return tuple(peaks)
+
+
 def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tuple[int, int, int]]:
     """(stage, the graph's usage, what the units hold beside it) at each moment of the sharded step."""
     gathered = [False] * len(sizes.parameters)

@@ -15,8 +15,9 @@ the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buff
 them. A fraction is of that peak without recomputation. The solver sees the units through the graph's `stage_held`:
 per stage, what they hold beside the graph's own usage in the step without recomputation
 (`checkmate.sharded.memory.stage_extras`). A recomputing plan can move a unit's gather earlier than that; when the
-sharded peak of the plan found is over the budget, each stage takes the larger of the two estimates, that one and the
-plan's, and the graph is solved again, at most `FIT_ROUNDS` solves in all, which share the method's `time_limit`.
+sharded peak of the plan found is over the budget, each stage where it is over takes the larger of the two estimates,
+that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share the method's
+`time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from torch.distributed.fsdp import FSDPModule
 from checkmate.errors import InfeasibleBudget, ShardedTrainingError
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
-from checkmate.sharded.memory import sharded_peak, stage_extras
+from checkmate.sharded.memory import sharded_peak, stage_extras, stage_peaks
 from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
@@ -112,7 +113,11 @@ def _plan_within_budget(
         if peak <= budget:
             return planned
         found = stage_extras(planned.schedule, layout.use, layout.sizes)
-        held = tuple(max(pair) for pair in zip(held, found, strict=True))
+        over = stage_peaks(planned.schedule, layout.use, layout.sizes)
+        held = tuple(
+            max(estimate, seen) if peak > budget else estimate
+            for estimate, seen, peak in zip(held, found, over, strict=True)
+        )
     raise InfeasibleBudget(
         f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit (a "
         "recomputing plan moves the units' gathers): raise the budget or the time limit",
