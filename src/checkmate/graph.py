@@ -57,7 +57,7 @@ class Graph:
         fixed_memory: bytes held for the whole step (parameters, inputs, and gradients unless the nodes that make
             them retain them); counted in every peak.
         stage_held: empty, or per stage t, bytes held outside the plan throughout stage t beside the fixed memory
-            and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.stage_extras`).
+            and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.StageMemory`).
             Counted in every moment of the stage, through `retained_through`.
     """
 

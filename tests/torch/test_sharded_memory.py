@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_extras, stage_peaks
+from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_memory
 from checkmate.sharded.timeline import UnitUse
 from checkmate.simulate import Compute, Schedule
 
@@ -61,9 +61,11 @@ def test_usage_matches_the_hand_count(collectives_copy: bool, prefetch: bool, ex
 
 
 def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None:
-    """Per stage, the largest moment (`stage_peaks`) and the most the units hold beside the graph (`stage_extras`):
+    """Per stage, the largest moment (`StageMemory.peaks`) and the most the units hold beside the graph (`extras`):
     gather 1 belongs to stage 0, free 1 and the second gather 1 to stage 1, reduce 1 to stage 2, reduce 0 to stage
     3. Stage 0's extras: gather 1 holds 10 + 40 beside C0's 100; stage 2's: reduce 1 holds 80 beside C2's 300."""
     sizes = _sizes(collectives_copy=False)
-    assert stage_peaks(SCHEDULE, USE, sizes) == (150, 250, 380, 305)
-    assert stage_extras(SCHEDULE, USE, sizes) == (50, 50, 80, 55)
+    stages = stage_memory(SCHEDULE, USE, sizes)
+    assert stages.peaks == (150, 250, 380, 305)
+    assert stages.extras == (50, 50, 80, 55)
+    assert stages.peak == sharded_peak(SCHEDULE, USE, sizes)

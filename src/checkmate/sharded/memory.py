@@ -66,22 +66,34 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
     return tuple(graph_part + units for _, graph_part, units in _moments(schedule, use, sizes))
 
 
-def stage_extras(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
-    """Per stage, the most the units hold beside the graph's own usage at any moment of it (a unit call belongs to
-    the stage of the compute step before it, or of the first one): the `Graph.stage_held` that lets a solver see
-    the units, estimated on `schedule`."""
-    extras = [0] * (max((step.stage for step in schedule.steps), default=-1) + 1)
-    for stage, _, units in _moments(schedule, use, sizes):
-        extras[stage] = max(extras[stage], units)
-    return tuple(extras)
+@dataclass(frozen=True)
+class StageMemory:
+    """A sharded step's memory per stage (a unit call belongs to the stage of the compute step before it, or of the
+    first one).
+
+    Attributes:
+        extras: per stage, the most the units hold beside the graph's own usage at any moment of it: the
+            `Graph.stage_held` that lets a solver see the units, estimated on the schedule.
+        peaks: per stage, the most bytes in use at any moment of it (`sharded_usage`).
+    """
+
+    extras: tuple[int, ...]
+    peaks: tuple[int, ...]
+
+    @property
+    def peak(self) -> int:
+        """The per-rank peak of the sharded step (`sharded_peak`)."""
+        return max(self.peaks)
 
 
-def stage_peaks(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
-    """Per stage, the most bytes in use at any moment of it (`sharded_usage`, grouped as `stage_extras` groups)."""
-    peaks = [0] * (max((step.stage for step in schedule.steps), default=-1) + 1)
+def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMemory:
+    """The extras and peaks of each stage, from one replay of the sharded step."""
+    stages = max((step.stage for step in schedule.steps), default=-1) + 1
+    extras, peaks = [0] * stages, [0] * stages
     for stage, graph_part, units in _moments(schedule, use, sizes):
+        extras[stage] = max(extras[stage], units)
         peaks[stage] = max(peaks[stage], graph_part + units)
-    return tuple(peaks)
+    return StageMemory(tuple(extras), tuple(peaks))
 
 
 def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tuple[int, int, int]]:

@@ -14,7 +14,7 @@ The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.s
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
 them. A fraction is of that peak without recomputation. The solver sees the units through the graph's `stage_held`:
 per stage, what they hold beside the graph's own usage in the step without recomputation
-(`checkmate.sharded.memory.stage_extras`). A recomputing plan can move a unit's gather earlier than that; when the
+(`checkmate.sharded.memory.StageMemory.extras`). A recomputing plan can move a unit's gather earlier than that; when the
 sharded peak of the plan found is over the budget, each stage where it is over takes the larger of the two estimates,
 that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share the method's
 `time_limit` (each what the ones before it left).
@@ -37,7 +37,7 @@ from torch.distributed.fsdp import FSDPModule
 from checkmate.errors import InfeasibleBudget, ShardedTrainingError
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
-from checkmate.sharded.memory import sharded_peak, stage_extras, stage_peaks
+from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
@@ -95,9 +95,9 @@ def _plan_within_budget(
         plain, loss_fn, batch, dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={})
     )
     layout = unit_layout(no_remat.captured, units)
-    reference = sharded_peak(no_remat.schedule, layout.use, layout.sizes)
-    budget = resolve_budget(settings.budget, reference)
-    held = stage_extras(no_remat.schedule, layout.use, layout.sizes)
+    reference = stage_memory(no_remat.schedule, layout.use, layout.sizes)
+    budget = resolve_budget(settings.budget, reference.peak)
+    held = reference.extras
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
     for _ in range(FIT_ROUNDS):
         options = settings.solve_options
@@ -108,15 +108,13 @@ def _plan_within_budget(
             options = {**options, "time_limit": left}
         graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
         planned = plan_again(no_remat, budget, dataclasses.replace(settings, solve_options=options), graph)
-        peak = sharded_peak(planned.schedule, layout.use, layout.sizes)
-        log.info("sharded peak %s for a budget of %s", format_bytes(peak), format_bytes(budget))
-        if peak <= budget:
+        found = stage_memory(planned.schedule, layout.use, layout.sizes)
+        log.info("sharded peak %s for a budget of %s", format_bytes(found.peak), format_bytes(budget))
+        if found.peak <= budget:
             return planned
-        found = stage_extras(planned.schedule, layout.use, layout.sizes)
-        over = stage_peaks(planned.schedule, layout.use, layout.sizes)
         held = tuple(
-            max(estimate, seen) if peak > budget else estimate
-            for estimate, seen, peak in zip(held, found, over, strict=True)
+            max(estimate, seen) if stage_peak > budget else estimate
+            for estimate, seen, stage_peak in zip(held, found.extras, found.peaks, strict=True)
         )
     raise InfeasibleBudget(
         f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit (a "
