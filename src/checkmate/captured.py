@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from checkmate.graph import Graph
@@ -77,6 +78,11 @@ class Captured:
     cost_model: str
     device: str
     region_outputs: tuple[str, ...] = ()
+
+    @cached_property
+    def node_of(self) -> dict[str, int]:
+        """The graph node of each fx node that some graph node evaluates (`members`)."""
+        return {name: index for index, members in enumerate(self.members) for name in members}
 
 
 def last_uses(computed: Sequence[str], fx_nodes: Mapping[str, torch.fx.Node]) -> dict[str, int]:

@@ -385,9 +385,11 @@ def test_a_view_of_a_parameter_is_a_read_of_its_unit() -> None:
     product = graph.call_function(torch.ops.aten.mm.default, (inputs, piece))
     loss = graph.call_function(torch.ops.aten.sum.default, (product,))
     graph.output((loss,))
+    members = (("t_default",), ("split_tensor", "getitem"), ("mm_default",), ("sum_default",))
     captured = SimpleNamespace(
         module=torch.fx.GraphModule({}, graph),
-        members=(("t_default",), ("split_tensor", "getitem"), ("mm_default",), ("sum_default",)),
+        members=members,
+        node_of={name: index for index, names in enumerate(members) for name in names},
         gradients=(None,),
         loss="sum_default",
     )

@@ -103,7 +103,7 @@ def prepare(captured: Captured) -> Program:
             f"the capture has {len(captured.members)} member lists and {len(captured.exports)} export lists "
             f"for a graph of {captured.graph.size} nodes; they must match"
         )
-    owner = {name: index for index, members in enumerate(captured.members) for name in members}
+    owner = captured.node_of
     _check_outputs_owned(captured, owner)
     nodes = tuple(
         _node_program(captured, index, fx_nodes, owner, frozenset(placeholders) | constants.keys())

@@ -74,11 +74,10 @@ def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
 def _sizes(
     captured: Captured, units: Sequence[Unit], unit_of: Sequence[int], parameters: Sequence[nn.Parameter]
 ) -> UnitBytes:
-    owner = {name: index for index, members in enumerate(captured.members) for name in members}
     made: list[dict[int, int]] = [{} for _ in captured.members]
     for index, gradient in enumerate(captured.gradients):
         if gradient is not None:
-            node, unit = owner[gradient], unit_of[index]
+            node, unit = captured.node_of[gradient], unit_of[index]
             made[node][unit] = made[node].get(unit, 0) + parameters[index].numel() * parameters[index].element_size()
     return UnitBytes(
         parameters=tuple(unit.shard_bytes * unit.world_size for unit in units),

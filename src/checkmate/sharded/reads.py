@@ -48,15 +48,14 @@ def unit_use(captured: Captured, unit_of: Sequence[int], reshard_after_forward: 
         )
         for members in captured.members
     )
-    owner = {name: index for index, members in enumerate(captured.members) for name in members}
     gradients: list[set[int]] = [set() for _ in captured.members]
     for parameter, gradient in enumerate(captured.gradients):
         if gradient is not None:
-            gradients[owner[gradient]].add(unit_of[parameter])
+            gradients[captured.node_of[gradient]].add(unit_of[parameter])
     return UnitUse(
         reads=reads,
         gradients=tuple(frozenset(units) for units in gradients),
-        last_forward_stage=owner[captured.loss],
+        last_forward_stage=captured.node_of[captured.loss],
         reshard_after_forward=reshard_after_forward,
     )
 
