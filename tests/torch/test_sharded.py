@@ -9,6 +9,7 @@ shards (`.grad.to_local()`) must equal the oracle's bit for bit; after a step un
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import faulthandler
 import operator
@@ -319,17 +320,21 @@ def test_refuses_and_fails_together(tmp_path: Path) -> None:
     _spawn(tmp_path, _refusals, _failing_rank_stops_the_others)
 
 
+# Unit 0 (the root, kept after the forward) is read by nodes 0 and 4; unit 1 (resharded) by node 1 in the forward and
+# node 3 in the backward, which makes its gradients; the loss is node 2.
+TWO_UNIT_STEPS = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Compute(3, 3), Compute(4, 4)]
+TWO_UNIT_USE = UnitUse(
+    reads=(frozenset({0}), frozenset({1}), frozenset(), frozenset({1}), frozenset({0})),
+    gradients=(frozenset(), frozenset(), frozenset(), frozenset({1}), frozenset({0})),
+    last_forward_stage=2,
+    reshard_after_forward=(False, True),
+)
+
+
 def test_unit_calls_follow_reshard_after_forward() -> None:
     """Unit 0 (kept after the forward) is gathered once; unit 1 is freed after its forward read and gathered again
     for its backward read; each is reduced after its last step; gathers precede and frees follow their steps."""
-    steps = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Compute(3, 3), Compute(4, 4)]
-    use = UnitUse(
-        reads=(frozenset({0}), frozenset({1}), frozenset(), frozenset({1}), frozenset({0})),
-        gradients=(frozenset(), frozenset(), frozenset(), frozenset({1}), frozenset({0})),
-        last_forward_stage=2,
-        reshard_after_forward=(False, True),
-    )
-    assert place_unit_calls(steps, use) == (
+    assert place_unit_calls(TWO_UNIT_STEPS, TWO_UNIT_USE) == (
         UnitCall(GATHER, 0),
         Compute(0, 0),
         UnitCall(GATHER, 1),
@@ -348,15 +353,8 @@ def test_unit_calls_follow_reshard_after_forward() -> None:
 def test_prefetches_start_each_gather_early_but_after_the_unit_is_released() -> None:
     """With prefetching, unit 1's first all-gather starts right after unit 0's gather; its second one cannot start
     before its own free, so it starts there, not at the gather before it."""
-    steps = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Compute(3, 3), Compute(4, 4)]
-    use = UnitUse(
-        reads=(frozenset({0}), frozenset({1}), frozenset(), frozenset({1}), frozenset({0})),
-        gradients=(frozenset(), frozenset(), frozenset(), frozenset({1}), frozenset({0})),
-        last_forward_stage=2,
-        reshard_after_forward=(False, True),
-        prefetch_gathers=True,
-    )
-    assert place_unit_calls(steps, use) == (
+    use = dataclasses.replace(TWO_UNIT_USE, prefetch_gathers=True)
+    assert place_unit_calls(TWO_UNIT_STEPS, use) == (
         UnitCall(GATHER, 0),
         UnitCall(PREFETCH, 1),
         Compute(0, 0),
