@@ -91,6 +91,7 @@ def _plan_within_budget(
     Raises:
         InfeasibleBudget: no plan of the method fits, or none was found within `FIT_ROUNDS` solves.
     """
+    planning_started = time.perf_counter()
     no_remat = plan_step(
         plain, loss_fn, batch, dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={})
     )
@@ -107,7 +108,8 @@ def _plan_within_budget(
                 break
             options = {**options, "time_limit": left}
         graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
-        planned = plan_again(no_remat, budget, dataclasses.replace(settings, solve_options=options), graph)
+        round_settings = dataclasses.replace(settings, solve_options=options)
+        planned = plan_again(no_remat, budget, round_settings, graph, planning_started)
         found = stage_memory(planned.schedule, layout.use, layout.sizes)
         log.info("sharded peak %s for a budget of %s", format_bytes(found.peak), format_bytes(budget))
         if found.peak <= budget:

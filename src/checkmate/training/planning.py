@@ -106,15 +106,16 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     return best
 
 
-def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph) -> Compiled:
+def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph, started: float) -> Compiled:
     """The same capture planned again within `budget` bytes with the settings' method (from the disk cache when
     possible), solved on `graph`: the capture's graph with more held outside the plan (a sharded step's units,
-    `Graph.stage_held`). The schedule is lowered on the capture's own graph.
+    `Graph.stage_held`). The schedule is lowered on the capture's own graph. `started` is when the caller's planning
+    began (`perf_counter`), which `planning_time_limit` counts from.
 
     Raises:
         InfeasibleBudget: no plan of the method fits `budget`.
     """
-    options = _solve_options(settings, time.perf_counter())
+    options = _solve_options(settings, started)
     plan = _cached_solve(compiled.captured, budget, settings, options, graph)
     return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
 
