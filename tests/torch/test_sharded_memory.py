@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from checkmate.sharded.holds import hold_gathered
 from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_memory
 from checkmate.sharded.timeline import UnitUse
 from checkmate.simulate import Compute, Schedule
@@ -69,3 +70,31 @@ def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None
     assert stages.peaks == (150, 250, 380, 305)
     assert stages.extras == (50, 50, 80, 55)
     assert stages.peak == sharded_peak(SCHEDULE, USE, sizes)
+
+
+# Two blocks, both freed after their forward by FSDP2: node 0 reads unit 0 and node 1 unit 1 (the forward), node 2
+# reads unit 1 and makes its gradients, node 3 reads unit 0 and makes its gradients. Freed after their forward, the
+# calls are gather 0, C0, free 0, gather 1, C1, free 1, gather 1, C2, reduce 1, gather 0, C3, reduce 0, and the
+# peak is 370 at reduce 1 (300 + unit 1's parameters 20 + its gradients 20 + the reduce-scatter's 30). Holding unit 1
+# (nothing runs between its forward and its backward) leaves the peak at 370; holding unit 0 too keeps its 10 bytes
+# through C1, C2 and reduce 1: 380.
+BLOCKS = dataclasses.replace(USE, reshard_after_forward=(True, True))
+
+
+@pytest.mark.parametrize(
+    ("budget", "reshard_after_forward"),
+    [(369, (True, True)), (370, (True, False)), (379, (True, False)), (380, (False, False))],
+)
+def test_holds_the_units_that_fit_the_budget(budget: int, reshard_after_forward: tuple[bool, bool]) -> None:
+    sizes = _sizes(collectives_copy=False)
+    assert sharded_usage(SCHEDULE, BLOCKS, sizes) == (70, 110, 110, 140, 220, 220, 240, 320, 370, 340, 280, 305)
+    held = hold_gathered(SCHEDULE, BLOCKS, sizes, budget)
+    assert held.reshard_after_forward == reshard_after_forward
+    assert sharded_peak(SCHEDULE, held, sizes) <= max(budget, 370)
+
+
+def test_a_held_unit_is_gathered_once() -> None:
+    """Unit 1 held: gather 0, C0, free 0, gather 1, C1, C2, reduce 1, gather 0, C3, reduce 0."""
+    sizes = _sizes(collectives_copy=False)
+    held = dataclasses.replace(BLOCKS, reshard_after_forward=(True, False))
+    assert sharded_usage(SCHEDULE, held, sizes) == (70, 110, 110, 140, 220, 320, 370, 340, 280, 305)

@@ -31,13 +31,15 @@ What is built (the first part of issue 21):
   ranks the allocator's per-rank peak is at or below the planned one (tests/torch/test_sharded.py). Optimizer state
   is not counted, as in a single-process step.
 
-Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). Not built yet
-(issue 21): a re-gather as a decision of the plan (a recomputation priced in communication): the units follow
-`reshard_after_forward`; reduce-scatters overlapped with compute (each runs where it is placed, and waits); the
-Inductor executor; `gradient_memory="when_made"`. Refused with ShardedTrainingError: CPU
-offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters, all-gather extensions, several parameter
-groups per unit, a root that is not sharded, and uneven inputs (another batch shape on some rank). A new batch shape
-is planned again on every rank together: every rank must meet it in the same call.
+Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). A unit FSDP2 would
+gather twice is held from its forward to its backward where the budget has room (`checkmate.sharded.holds`).
+Reduce-scatters run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after
+them as in eager FSDP2; on CPU synchronous, as in eager FSDP2. Not built yet (issue 21): a hold bought with
+recomputation (priced in communication); the Inductor executor; `gradient_memory="when_made"`.
+Refused with ShardedTrainingError: CPU offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters,
+all-gather extensions, several parameter groups per unit, a root that is not sharded, and uneven inputs (another
+batch shape on some rank). A new batch shape is planned again on every rank together: every rank must meet it in
+the same call.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,6 +60,7 @@ from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
 from checkmate.plan import Plan
 from checkmate.sharded.gradients import ShardedGradients
+from checkmate.sharded.holds import hold_gathered
 from checkmate.sharded.layout import UnitLayout, unit_layout
 from checkmate.sharded.memory import sharded_peak
 from checkmate.sharded.planning import plan_sharded
@@ -129,16 +133,21 @@ class ShardedStep(CompiledStep):
         self.group = group
         self._gradients: ShardedGradients | None = None
         self._prefetched: dict[int, Any] = {}  # unit: FSDP2's UnshardHandle of an all-gather started early
-        self._layouts: dict[int, UnitLayout] = {}
-        super().__init__(model, loss_fn, settings, {key: self._with_units(value) for key, value in compiled.items()})
+        self._placements: dict[int, _Placement] = {}  # by id of the program they were made for
+        super().__init__(
+            model, loss_fn, settings, {key: self._with_units(value, settings) for key, value in compiled.items()}
+        )
 
-    def _with_units(self, planned: Compiled) -> Compiled:
+    def _with_units(self, planned: Compiled, settings: Settings) -> Compiled:
         """`planned` with its schedule's steps and the units' calls placed among them, as one step function."""
         layout = unit_layout(planned.captured, self.units)
+        no_remat = lower(planned.captured.graph, planned.no_remat.R, planned.no_remat.S)
+        no_remat_peak = sharded_peak(no_remat, layout.use, layout.sizes)
+        placement = _Placement(layout, no_remat_peak, resolve_budget(settings.budget, no_remat_peak))
         program = dataclasses.replace(
-            planned.program, fuse=functools.partial(self._placed_steps, layout.use), step_functions={}
+            planned.program, fuse=functools.partial(self._placed_steps, placement), step_functions={}
         )
-        self._layouts[id(program)] = layout
+        self._placements[id(program)] = placement
         program.step_function(planned.schedule)  # generated now, not inside a metered step
         return dataclasses.replace(planned, program=program)
 
@@ -147,7 +156,7 @@ class ShardedStep(CompiledStep):
             return super()._replan(batch, signature)
         log.info("a new batch signature: capturing and planning again on every rank")
         planned = self._with_units(
-            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group)
+            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group), self._settings
         )
         self._compiled[signature] = planned
         return planned
@@ -177,29 +186,45 @@ class ShardedStep(CompiledStep):
         parameters, the unsharded gradients and FSDP2's reduce buffers (`checkmate.sharded.memory`)."""
         report = super().report()
         compiled = self._compiled[self._current]
-        layout = self._layouts[id(compiled.program)]
-        no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
-        no_remat_peak = sharded_peak(no_remat, layout.use, layout.sizes)
+        placement = self._placements[id(compiled.program)]
+        layout = placement.layout
         return dataclasses.replace(
             report,
-            no_remat_peak=no_remat_peak,
-            budget=resolve_budget(self._settings.budget, no_remat_peak),
-            planned_peak=sharded_peak(compiled.schedule, layout.use, layout.sizes),
+            no_remat_peak=placement.no_remat_peak,
+            budget=placement.budget,
+            planned_peak=sharded_peak(compiled.schedule, placement.use(compiled.schedule), layout.sizes),
+        )
+
+    @property
+    def held_units(self) -> tuple[int, ...]:
+        """The units (indices into `units`) that FSDP2 would free after their forward and the current plan's step
+        keeps gathered until their backward instead, since the budget has room for them (`checkmate.sharded.holds`):
+        one all-gather fewer each, per step."""
+        compiled = self._compiled[self._current]
+        placement = self._placements[id(compiled.program)]
+        use = placement.use(compiled.schedule)
+        return tuple(
+            unit
+            for unit, (freed, now) in enumerate(
+                zip(placement.layout.use.reshard_after_forward, use.reshard_after_forward, strict=True)
+            )
+            if freed and not now
         )
 
     def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
-        return list(self._layouts[id(compiled.program)].parameters)
+        return list(self._placements[id(compiled.program)].layout.parameters)
 
     def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
-        self._gradients = ShardedGradients(parameters, self._layouts[id(compiled.program)].unit_of, self.units)
+        unit_of = self._placements[id(compiled.program)].layout.unit_of
+        self._gradients = ShardedGradients(parameters, unit_of, self.units)
         return self._gradients
 
-    def _placed_steps(self, use: UnitUse, schedule: Schedule) -> tuple[Step | Call, ...]:
+    def _placed_steps(self, placement: _Placement, schedule: Schedule) -> tuple[Step | Call, ...]:
         return tuple(
             Call(f"{step.action} unit {step.unit} ({self.units[step.unit].name!r})", functools.partial(self._act, step))
             if isinstance(step, UnitCall)
             else step
-            for step in place_unit_calls(schedule.steps, use)
+            for step in place_unit_calls(schedule.steps, placement.use(schedule))
         )
 
     def _act(self, call: UnitCall) -> None:
@@ -217,6 +242,26 @@ class ShardedStep(CompiledStep):
         elif call.action == REDUCE:
             assert self._gradients is not None
             self._gradients.reduce(call.unit)
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What places the units' calls in a schedule of one capture.
+
+    Attributes:
+        layout: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
+        no_remat_peak: the sharded peak of the step without recomputation, in FSDP2's layout.
+        budget: the budget in bytes (a fraction is of `no_remat_peak`).
+    """
+
+    layout: UnitLayout
+    no_remat_peak: int
+    budget: int
+
+    def use(self, schedule: Schedule) -> UnitUse:
+        """The units' use in `schedule`: FSDP2's, with the units held from forward to backward that fit the
+        budget (`checkmate.sharded.holds`)."""
+        return hold_gathered(schedule, self.layout.use, self.layout.sizes, self.budget)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,11 @@ does around the forward and backward of each unit, at the places the schedule al
 
 Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order. Every rank runs
 the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank issues the same collectives in the
-same order. Reduce-scatters are not overlapped: each runs where it is placed.
+same order. A REDUCE runs FSDP2's post-backward, which issues the reduce-scatter on FSDP2's reduce-scatter stream
+(CUDA: the steps after it overlap it; CPU: it is synchronous, as in eager FSDP2).
+
+Which units are freed after their forward is `UnitUse.reshard_after_forward`: FSDP2's setting, with the holds
+`checkmate.sharded.holds` chooses.
 """
 
 from __future__ import annotations
