@@ -12,7 +12,7 @@ from exhaustive import fewest_computations
 from oracles import with_workspace
 
 import checkmate
-from checkmate.bounds import activation_floor
+from checkmate.bounds import activation_floor, retention
 from checkmate.bounds.gaps import Gaps, last_use, memory_gaps
 from checkmate.bounds.input_cover import InputCover, input_cover
 from checkmate.bounds.retention import RetentionBound, _encode, retention_bound
@@ -215,3 +215,21 @@ def test_the_input_cover_rows_hold_for_every_plan_of_a_tiny_graph(seed: int) -> 
         covering += bool((values[: gaps.node.size] > 0).any() and held.any())
         holding_past_last_use += bool(held[cover.held_stage > last_use(graph)[cover.held_node]].any())
     assert covering >= 300 and holding_past_last_use >= 100, (covering, holding_past_last_use)
+
+
+def test_too_little_time_to_presolve_gives_the_trivial_bound_without_a_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below `PRESOLVE_SECONDS_PER_NONZERO` times the MILP's nonzeros the bound is every node once, at once: HiGHS
+    would presolve past the limit (3.0 s under a 1 s limit on a 901-node graph)."""
+    graph = random_training_graph(40, seed=2)
+    budget = int(0.6 * checkmate.solve(graph, None).peak_memory)
+    nonzeros = _encode(graph, budget, cover=False).problem.A.nnz
+    enough = nonzeros * retention.PRESOLVE_SECONDS_PER_NONZERO
+
+    def no_solver() -> None:
+        raise AssertionError("a solver was called with too little time to presolve")
+
+    monkeypatch.setattr(retention, "lp_backend", no_solver)
+    found = retention_bound(graph, budget, time_limit=0.5 * enough)
+    assert found.bound == pytest.approx(float(graph.costs.sum())) and not found.proven
+    monkeypatch.undo()
+    assert retention_bound(graph, budget, time_limit=10 + enough).bound > float(graph.costs.sum())
