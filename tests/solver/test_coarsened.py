@@ -3,7 +3,9 @@ paper's equations, under time limits and stop requests."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import time
 
 import pytest
@@ -14,6 +16,8 @@ import checkmate
 from checkmate.examples import random_training_graph, training_graph
 from checkmate.graph import Graph
 from checkmate.progress import Progress
+from checkmate.strategies import optimal as optimal_module
+from checkmate.strategies.policy import POLICY
 
 SMALL = {
     "random3": random_training_graph(3, seed=7, max_memory=5),
@@ -69,6 +73,24 @@ def test_coarsened_plans_fit_their_budget_by_the_papers_equations(seed: int) -> 
         )
         assert plan.cost <= best_baseline + 1e-9
     assert checked >= 2, f"only {checked} of 3 budgets had a plan: the test checked too little"
+
+
+@pytest.mark.slow
+def test_time_left_goes_to_finer_coarse_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 61-node graph at 50 % through a 6-node coarse graph: with the time the search has left, finer coarse graphs
+    (9, 13, 19 and 28 nodes) find a cheaper plan than the 6-node one, as checked by the paper's equations; with
+    `refine_minimum` out of reach (no finer graphs) the same call returns the 6-node path's plan."""
+    graph = random_training_graph(30, seed=1)
+    budget = int(0.5 * checkmate.solve(graph, None).peak_memory)
+    costs = {}
+    for minimum in (math.inf, 0.0):
+        monkeypatch.setattr(optimal_module, "POLICY", dataclasses.replace(POLICY, refine_minimum=minimum))
+        plan = checkmate.solve(
+            graph, budget, method="optimal", exact_nodes=20, coarse_nodes=6, time_limit=12, mip_gap=0.01
+        )
+        _check_with_oracle(plan, graph, budget)
+        costs[minimum] = plan.cost
+    assert costs[0.0] < costs[math.inf] - 1e-9, costs
 
 
 def _baselines(graph: Graph, budget: int) -> list[checkmate.Plan]:

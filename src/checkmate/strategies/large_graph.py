@@ -11,9 +11,13 @@ A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact s
    memory the coarse accounting left unused.
 5. If the method asks for it, the rest of the time goes to `swap_holds` on the best plan so far (drop some holds,
    hold others instead).
-6. The lower bound for the full graph is the larger of the retention bound (`checkmate.bounds.retention`) and the
+6. With a time limit, what `swap_holds` leaves goes to steps 2-5 again on finer coarse graphs (`refine_factor` times
+   as many nodes each time), the cheaper plan kept. A finer partition merges less, so its conservative memory costs
+   less recomputation: on a profiled ResNet-50 (339 nodes) at 60 % whose plan was 1.24 % above its bound after 35 s
+   at 150 nodes, 250 nodes gave 0.99 %.
+7. The lower bound for the full graph is the larger of the retention bound (`checkmate.bounds.retention`) and the
    closure bound (`checkmate.bounds.closure`); the coarse search's bound is not one. When the starts' share of the
-   time did not let the retention MILP finish and the plan is not yet proven, step 5 leaves `final_bound_share` of
+   time did not let the retention MILP finish and the plan is not yet proven, steps 5 and 6 leave `final_bound_share` of
    its time to solving it again (the input cover's MILP takes 10-15 s on BERT-base and T5).
 
 Every plan is built through the simulator; the cheapest that fits is returned, "optimal" when the bound meets it.
@@ -21,6 +25,7 @@ Every plan is built through the simulator; the cheapest that fits is returned, "
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -105,6 +110,8 @@ def _through_coarse_graph(
         best = swap_holds(
             graph, best, budget, control.child(swap_time), method=method.name, seed=method.seed, policy=policy
         )
+        refine_time = None if starts.bound_is_final else control.share(1 - policy.final_bound_share)
+        best = _finer_coarse_plans(graph, budget, control.child(refine_time), method, policy, best, starts.bound)
     bound = starts.bound
     left = control.remaining()
     worth_it = left is None or left >= policy.retention_minimum
@@ -118,6 +125,30 @@ def _through_coarse_graph(
     final = final_plan(graph, budget, best, proven=proven, bound=bound, started=started, method=method.name)
     control.report("done", cost=final.cost, bound=final.lower_bound)
     return final
+
+
+def _finer_coarse_plans(
+    graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy, best: Plan, bound: float
+) -> Plan:
+    """Step 6 of the module doc: while a time limit leaves at least `SearchPolicy.refine_minimum` seconds and `best`
+    is not proven, the coarse search again on a partition of `refine_factor` times as many nodes, its plan polished
+    by `swap_holds` and kept when cheaper."""
+    nodes = policy.coarse_nodes
+    while True:
+        nodes = int(nodes * policy.refine_factor)
+        left = control.remaining()
+        if left is None or left < policy.refine_minimum or nodes >= graph.size or control.stopped:
+            return best
+        if policy.meets(best.cost, bound, method.gap):
+            return best
+        log.info("a finer coarse graph: %d nodes, %.1f s left", nodes, left)
+        finer = _coarse_plan(graph, budget, control, method, dataclasses.replace(policy, coarse_nodes=nodes))
+        if finer is None or finer.peak_memory > budget or not policy.cheaper(finer.cost, best.cost):
+            continue
+        best = swap_holds(
+            graph, finer, budget, control.child(None), method=method.name, seed=method.seed, policy=policy
+        )
+        control.report("finer coarse graph", cost=best.cost)
 
 
 def _coarse_plan(

@@ -35,6 +35,9 @@ class SearchPolicy:
         relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
             the other ε are as large, so one that does not finish in time is not helped by leaving them more.
         coarse_share: what the coarse graph's MILP or LP rounding may take; the rest goes to expanding and improving.
+        refine_factor: each finer coarse graph of a large graph's search has this many times the nodes of the one
+            before (`checkmate.strategies.large_graph`, step 6).
+        refine_minimum: the least time left, in seconds, for which a finer coarse graph is tried.
         final_bound_share: on a large graph whose retention bound did not finish within the starts' share, what
             `swap_holds` leaves of the time to a last, longer solve of it (on T5 at 60 % of the peak, 60 s: the
             bound +0.1 % in the starts' share, +9.0 % given 10 s).
@@ -59,6 +62,8 @@ class SearchPolicy:
     relaxation_share: float = 0.8
     coarse_share: float = 0.5
     final_bound_share: float = 0.3
+    refine_factor: float = 1.5
+    refine_minimum: float = 10.0
     load_seconds_per_variable: float = 1 / 30_000
     cost_tolerance: float = 1e-9
     solver_tolerance: float = 1e-6
