@@ -201,6 +201,23 @@ def per_rank_peak(config: Config, batch: tuple[Any, ...], calls: int) -> int:
     return int(_max_over_ranks(max(peaks)))
 
 
+def check_and_meter(configs: list[Config], batch: tuple[Any, ...], calls: int) -> list[torch.Tensor | None]:
+    """Each configuration's gradient difference from the first's (eager FSDP2's) and its per-rank peak; returns the
+    first's gradient shards, the reference."""
+    first = configs[0]
+    first.model.zero_grad(set_to_none=True)
+    first.run()
+    reference = local_gradients(first.model)
+    for config in configs:
+        config.grad_diff = gradient_difference(config, reference)
+        config.peak = per_rank_peak(config, batch, calls)
+        log.info(
+            "%s, %s: per-rank peak %s MiB, gradients max abs diff %g",
+            config.tool, config.name, _mib(config.peak), config.grad_diff,
+        )  # fmt: skip
+    return reference
+
+
 def levels(peers: list[Config], merge: float) -> dict[int, list[Config]]:
     """The peers' peaks, each within `merge` (relative) of a smaller one folded into the smaller."""
     folded: dict[int, list[Config]] = {}
@@ -309,16 +326,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", init_method=f"file://{directory}/rendezvous", rank=rank, world_size=WORLD_SIZE)
     base, loss_fn, batch = gpt2(SIZES["quick" if args.quick else "full"])
     peers = peer_configs(base, loss_fn, batch, args.strides)
-    eager = peers[0]
-    eager.model.zero_grad(set_to_none=True)
-    eager.run()
-    reference = local_gradients(eager.model)
-    for config in peers:
-        config.grad_diff = gradient_difference(config, reference)
-        config.peak = per_rank_peak(config, batch, args.meter_calls)
-        log.info(
-            "%s: per-rank peak %s MiB, gradients max abs diff %g", config.name, _mib(config.peak), config.grad_diff
-        )
+    reference = check_and_meter(peers, batch, args.meter_calls)
     folded = levels(peers, args.merge_within)
     level_of = {id(config): level_bytes for level_bytes, configs in folded.items() for config in configs}
     matched: dict[int, Config] = {}

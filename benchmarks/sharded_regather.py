@@ -47,14 +47,10 @@ from sharded import (
     Setup,
     _max_over_ranks,
     blocks_of,
+    check_and_meter,
     gpt2,
-    gradient_difference,
     interleaved_medians,
-    local_gradients,
-    per_rank_peak,
 )
-
-log = logging.getLogger("sharded_regather")
 
 
 def layouts(blocks: int) -> dict[str, frozenset[int]]:
@@ -128,14 +124,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
     roomy = everyone[-1].step.report().planned_peak  # ours with no block freed
     default = next(iter(layouts(len(blocks_of(setup[0])))))
     everyone.append(_ours(f"ours, budget {roomy / 2**20:.2f} MiB", setup, frozenset(), default, roomy))
-    eager = everyone[0]
-    eager.model.zero_grad(set_to_none=True)
-    eager.run()
-    reference = local_gradients(eager.model)
-    for config in everyone:
-        config.grad_diff = gradient_difference(config, reference)
-        config.peak = per_rank_peak(config, setup[2], args.meter_calls)
-        log.info("%s, %s: %.2f MiB", config.tool, config.name, config.peak / 2**20)
+    check_and_meter(everyone, setup[2], args.meter_calls)
     seconds = interleaved_medians(everyone, args.repeats)
     gathered_bytes, gather = gather_seconds(setup[0], args.gathers)
     rows: list[Row] = [_row(config, time_) for config, time_ in zip(everyone, seconds, strict=True)]
