@@ -140,8 +140,8 @@ def retention_bound(
         return None if time_limit is None else time_limit - (time.perf_counter() - started)
 
     encoded = _encode(graph, budget, cover=False)
-    presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
-    if time_limit is not None and time_limit < presolve:
+    if too_little_time(time_limit, encoded.problem.A.nnz, PRESOLVE_SECONDS_PER_NONZERO):
+        presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
         log.info("retention bound not solved: %.2f s is too little to presolve its MILP (%.2f s)", time_limit, presolve)
         return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
     plain = _solved(graph, budget, encoded, time_limit)

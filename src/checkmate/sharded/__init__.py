@@ -60,7 +60,7 @@ from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
 from checkmate.plan import Plan
 from checkmate.sharded.gradients import ShardedGradients
-from checkmate.sharded.holds import hold_gathered
+from checkmate.sharded.holds import hold_gathered, kept_gathered
 from checkmate.sharded.layout import UnitLayout, unit_layout
 from checkmate.sharded.memory import sharded_peak
 from checkmate.sharded.planning import plan_sharded
@@ -202,14 +202,8 @@ class ShardedStep(CompiledStep):
         one all-gather fewer each, per step."""
         compiled = self._compiled[self._current]
         placement = self._placements[id(compiled.program)]
-        use = placement.use(compiled.schedule)
-        return tuple(
-            unit
-            for unit, (freed, now) in enumerate(
-                zip(placement.layout.use.reshard_after_forward, use.reshard_after_forward, strict=True)
-            )
-            if freed and not now
-        )
+        freed = placement.layout.use.reshard_after_forward
+        return tuple(unit for unit in kept_gathered(placement.use(compiled.schedule)) if freed[unit])
 
     def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
         return list(self._placements[id(compiled.program)].layout.parameters)

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Sequence
 
 from checkmate.sharded.memory import UnitBytes, sharded_peak
-from checkmate.sharded.timeline import UnitUse
-from checkmate.simulate import Compute, Schedule, Step
+from checkmate.sharded.timeline import UnitUse, unit_positions
+from checkmate.simulate import Schedule, Step
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +59,9 @@ def kept_gathered(use: UnitUse) -> tuple[int, ...]:
 
 def _candidates(steps: Sequence[Step], use: UnitUse) -> list[int]:
     """The units FSDP2 frees after their forward and gathers again for their backward, by the number of steps between
-    their last forward read and their first backward read (fewest first)."""
-    last_forward: dict[int, int] = {}
-    first_backward: dict[int, int] = {}
-    for position, step in enumerate(steps):
-        if not isinstance(step, Compute):
-            continue
-        for unit in use.reads[step.node]:
-            if step.stage <= use.last_forward_stage:
-                last_forward[unit] = position
-            else:
-                first_backward.setdefault(unit, position)
-    twice = [unit for unit in last_forward if unit in first_backward and use.reshard_after_forward[unit]]
-    return sorted(twice, key=lambda unit: (first_backward[unit] - last_forward[unit], unit))
+    their last forward read (where the free goes) and their first backward read (where the gather goes), fewest
+    first."""
+    positions = unit_positions(steps, use)
+    forward, backward = positions.forward_reads, positions.backward_reads
+    twice = [unit for unit in forward if unit in backward and use.reshard_after_forward[unit]]
+    return sorted(twice, key=lambda unit: (backward[unit][0] - forward[unit][-1], unit))

@@ -71,8 +71,23 @@ class UnitUse:
     prefetch_gathers: bool = False
 
 
-def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCall, ...]:
-    """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc)."""
+@dataclass(frozen=True)
+class UnitPositions:
+    """Where the units are used among a schedule's steps (positions in its step sequence).
+
+    Attributes:
+        forward_reads: per unit, the compute steps of the forward stages (up to the loss's) that read its parameters.
+        backward_reads: per unit, those of the backward stages.
+        last: per unit, its last step: the later of its last read and the last step that makes one of its gradients.
+    """
+
+    forward_reads: dict[int, list[int]]
+    backward_reads: dict[int, list[int]]
+    last: dict[int, int]
+
+
+def unit_positions(steps: Sequence[Step], use: UnitUse) -> UnitPositions:
+    """Where `steps` read each unit's parameters and where each unit's last step is."""
     forward_reads: dict[int, list[int]] = {}
     backward_reads: dict[int, list[int]] = {}
     last: dict[int, int] = {}
@@ -86,10 +101,16 @@ def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCa
         if step.stage == step.node:
             for unit in use.gradients[step.node]:
                 last[unit] = position
+    return UnitPositions(forward_reads, backward_reads, last)
+
+
+def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCall, ...]:
+    """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc)."""
+    positions = unit_positions(steps, use)
     before: dict[int, list[UnitCall]] = {}
     after: dict[int, list[UnitCall]] = {}
-    for unit in sorted(last):
-        forward, backward = forward_reads.get(unit, []), backward_reads.get(unit, [])
+    for unit in sorted(positions.last):
+        forward, backward = positions.forward_reads.get(unit, []), positions.backward_reads.get(unit, [])
         if use.reshard_after_forward[unit] and forward:
             before.setdefault(forward[0], []).append(UnitCall(GATHER, unit))
             after.setdefault(forward[-1], []).append(UnitCall(FREE, unit))
@@ -97,7 +118,7 @@ def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCa
                 before.setdefault(backward[0], []).append(UnitCall(GATHER, unit))
         elif forward or backward:
             before.setdefault((forward or backward)[0], []).append(UnitCall(GATHER, unit))
-        after.setdefault(last[unit], []).append(UnitCall(REDUCE, unit))
+        after.setdefault(positions.last[unit], []).append(UnitCall(REDUCE, unit))
     placed: list[Step | UnitCall] = []
     for position, step in enumerate(steps):
         placed += before.get(position, [])
