@@ -155,11 +155,15 @@ class ShardedStep(CompiledStep):
         if not self._settings.replan:
             return super()._replan(batch, signature)
         log.info("a new batch signature: capturing and planning again on every rank")
-        planned = self._with_units(
-            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group), self._settings
-        )
+        planned = self._plan_shape(batch)
         self._compiled[signature] = planned
         return planned
+
+    def _plan_shape(self, batch: Sequence[Any]) -> Compiled:
+        """`batch`'s step planned on every rank (a collective call), with the units' calls placed."""
+        return self._with_units(
+            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group), self._settings
+        )
 
     def _baseline(self, leaves: list[Any]) -> list[torch.Tensor]:
         """What a metered call starts with that the plan counts: this rank's parameter and gradient shards (their

@@ -17,6 +17,7 @@ Stages, each a function of the previous one's output:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from torch import nn
 
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
+from checkmate.graph import Graph
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
@@ -38,7 +40,7 @@ from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, tr
 
 log = logging.getLogger(__name__)
 
-__all__ = ["capture"]
+__all__ = ["capture", "capture_as", "trace_prepared"]
 
 
 def capture(
@@ -79,26 +81,77 @@ def capture(
     check_cost_model(cost_model)
     check_gradient_memory(gradient_memory)
     started = time.perf_counter()
-    trace = trace_step(model, loss_fn, batch)
-    if lean_backward:
-        rewrite_lean_backward(trace.module)
-    prepare_graph(trace.module)
+    trace = trace_prepared(model, loss_fn, batch, lean_backward=lean_backward)
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     if fused:
         groups = fuse_groups(trace.module.graph, groups, trace.loss)
     per_op = _per_op_costs(trace, groups, model, batch, cost_model)
     retain_gradients = gradient_memory == "when_made"
     device = model_device(model)
-    layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients, device)
+
+    def lay_out(groups: list[list[str]]) -> Layout:
+        costs = group_costs(groups, per_op.costs)
+        return _layout(trace, groups, costs, per_op.scratch_bytes, optimizer_state_bytes, retain_gradients, device)
+
+    layout = lay_out(groups)
     if max_nodes is not None and layout.graph.size > max_nodes:
-        groups = merge_groups(layout.graph, groups, max_nodes)
-        layout = _layout(trace, groups, per_op, optimizer_state_bytes, retain_gradients, device)
+        layout = lay_out(merge_groups(layout.graph, groups, max_nodes))
     log.info(
         "captured %d planning nodes from %d fx nodes in %.2f s",
         layout.graph.size,
         len(trace.module.graph.nodes),
         time.perf_counter() - started,
     )
+    return _captured(trace, layout, cost_model, device)
+
+
+def trace_prepared(
+    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], *, lean_backward: bool = False
+) -> Trace:
+    """The joint graph of the step (`trace_step`), with the leaner backward when asked, prepared for grouping
+    (`prepare_graph`): the trace `capture` groups and prices. Fake tensors only: nothing runs."""
+    trace = trace_step(model, loss_fn, batch)
+    if lean_backward:
+        rewrite_lean_backward(trace.module)
+    prepare_graph(trace.module)
+    return trace
+
+
+def capture_as(
+    like: Captured, trace: Trace, *, optimizer_state_bytes: int, gradient_memory: str, device: torch.device
+) -> Captured:
+    """The step of `trace` (`trace_prepared`) in `like`'s planning nodes, priced by `like`'s costs, without measuring
+    anything: `like` is a capture of the same step for other batch shapes, and `trace` must have its structure
+    (`checkmate.torch_capture.structure.structure_difference`). Sizes are the trace's own. Profiled kernel scratch
+    is not measured at this shape: with `like` profiled, each node holds at least `like`'s workspace while it runs
+    (the bound for a trace whose sizes are no larger)."""
+    layout = _layout(
+        trace,
+        [list(names) for names in like.members],
+        like.graph.costs.tolist(),
+        {},
+        optimizer_state_bytes,
+        gradient_memory == "when_made",
+        device,
+    )
+    if like.cost_model == "profile":
+        layout = dataclasses.replace(layout, graph=_with_workspace_of(layout.graph, like.graph))
+    return _captured(trace, layout, like.cost_model, device)
+
+
+def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
+    """`graph` whose nodes hold at least `like`'s nodes' workspace while they run, first run and recomputation."""
+    nodes = []
+    for node, workspace, again in zip(graph.nodes, like.workspace, like.recompute_workspace, strict=True):
+        first = max(node.workspace, int(workspace))
+        recomputed = max(node.workspace if node.recompute_workspace is None else node.recompute_workspace, int(again))
+        nodes.append(
+            dataclasses.replace(node, workspace=first, recompute_workspace=None if recomputed == first else recomputed)
+        )
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.device) -> Captured:
     return Captured(
         graph=layout.graph,
         module=trace.module,
@@ -113,7 +166,7 @@ def capture(
         buffer_updates=trace.buffer_updates,
         random_nodes=layout.random_nodes,
         cost_model=cost_model,
-        device=str(model_device(model)),
+        device=str(device),
     )
 
 
@@ -149,7 +202,8 @@ def _per_op_costs(
 def _layout(
     trace: Trace,
     groups: list[list[str]],
-    per_op: OpProfile,
+    costs: Sequence[float],
+    scratch: dict[str, int],
     optimizer_state_bytes: int,
     retain_gradients: bool,
     device: torch.device,
@@ -158,12 +212,12 @@ def _layout(
     return build_layout(
         trace.module,
         groups,
-        group_costs(groups, per_op.costs),
+        costs,
         loss=trace.loss,
         fixed_outputs=frozenset(name for name in leaving if name is not None),
         gradients=frozenset(name for name in trace.gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
-        scratch=per_op.scratch_bytes,
+        scratch=scratch,
         retain_gradients=retain_gradients,
         random_state_bytes=random_state_bytes(device),
     )

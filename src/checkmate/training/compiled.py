@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
-from checkmate.errors import ExecutionError
+from checkmate.errors import ExecutionError, InfeasibleBudget
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
 from checkmate.execute.memory import measure_peak, step_baseline, synchronize
 from checkmate.execute.program import run_schedule
@@ -34,7 +34,16 @@ from checkmate.plan import Plan
 from checkmate.simulate import lower
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
-from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, plan_step
+from checkmate.training.planning import (
+    BatchSignature,
+    Compiled,
+    Settings,
+    batch_signature,
+    in_bytes,
+    plan_step,
+    signature_of,
+)
+from checkmate.training.shape_reuse import describe, reuse_plan
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes
 
@@ -57,9 +66,9 @@ class CompiledStep:
     ) -> None:
         self.model = model
         self.loss_fn = loss_fn
-        self._settings = settings
         self._compiled = dict(compiled)
         self._current = next(iter(self._compiled))
+        self._settings = in_bytes(settings, self._compiled[self._current])
         self._measured_peak: dict[BatchSignature, int] = {}
         self._measured_time: float | None = None
 
@@ -116,16 +125,65 @@ class CompiledStep:
             )
 
     def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
+        """The step of a batch signature not seen yet: the plan of a larger batch where it fits
+        (`checkmate.training.shape_reuse`), else planned for it."""
         planned = self.captured
         if not self._settings.replan:
             raise ExecutionError(
-                f"this step was planned for batch {_describe(planned.batch_shapes)} and got "
-                f"{_describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
+                f"this step was planned for batch {describe(planned.batch_shapes)} and got "
+                f"{describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
             )
-        log.info("new batch signature %s: capturing and planning again", _describe(signature[1]))
-        compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
+        reused = reuse_plan(self.module, self.loss_fn, batch, self._settings, self._compiled.values())
+        if isinstance(reused, Compiled):
+            log.info(
+                "batch %s: running the plan of batch %s (fits: planned peak %s of the budget %s); call "
+                "step.improve(*batch) with a batch of this shape to plan it for itself",
+                describe(signature[1]),
+                describe(reused.reused_from or ()),
+                format_bytes(reused.plan.peak_memory),
+                format_bytes(reused.plan.budget or 0),
+            )
+            compiled = reused
+        else:
+            log.info("batch %s: %s; capturing and planning it for itself", describe(signature[1]), reused)
+            compiled = self._plan_shape(batch)
         self._compiled[signature] = compiled
         return compiled
+
+    def _plan_shape(self, batch: Sequence[Any]) -> Compiled:
+        """`batch`'s step planned for it, within the budget in bytes fixed at compile."""
+        started = time.perf_counter()
+        shapes = describe(signature_of(batch)[1])
+        try:
+            compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
+        except InfeasibleBudget as refusal:
+            raise InfeasibleBudget(
+                f"batch {shapes}: {refusal} (the budget was fixed in bytes at compile, for every batch shape: compile "
+                "with a budget in bytes that the largest batch fits)",
+                budget=refusal.budget,
+                minimum=refusal.minimum,
+            ) from refusal
+        log.info("batch %s: planned in %.1f s", shapes, time.perf_counter() - started)
+        return compiled
+
+    def improve(self, *batch: Any) -> Plan:
+        """Plan `batch`'s shape for itself and run that plan from now on; returns the plan.
+
+        A batch shape the step has not planned runs the plan of a larger one when it fits
+        (`checkmate.training.shape_reuse`): no stall in the training loop, but a plan made for other sizes. This
+        captures and plans the shape as `compile` does (profiling included), within the same budget in bytes. A shape
+        already planned for itself keeps its plan; one not seen yet is planned now, before its first call.
+
+        Raises:
+            InfeasibleBudget: no plan of the method fits the budget at this shape.
+        """
+        signature = signature_of(batch)
+        compiled = self._compiled.get(signature)
+        if compiled is None or compiled.reused_from is not None:
+            compiled = self._plan_shape(batch)
+            self._compiled[signature] = compiled
+            self._measured_peak.pop(signature, None)
+        return compiled.plan
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
         self._before_step()
@@ -191,6 +249,7 @@ class CompiledStep:
             planned_extra_compute=extra_compute,
             measured_peak=self._measured_peak.get(self._current),
             measured_time=self._measured_time,
+            reused_from=None if compiled.reused_from is None else describe(compiled.reused_from),
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
@@ -216,7 +275,7 @@ class CompiledStep:
         compiled = self._compiled[self._current]
         schedule = lower(compiled.captured.graph, plan.R, plan.S)
         compiled.program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
-        self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule)
+        self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule, reused_from=None)
         self._measured_peak.pop(self._current, None)
         return plan
 
@@ -248,7 +307,3 @@ def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tens
         for buffer, update in zip(buffers, updates, strict=True):
             if update is not None:
                 buffer.copy_(update)
-
-
-def _describe(shapes: Sequence[tuple[tuple[int, ...], str]]) -> str:
-    return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in shapes)

@@ -40,8 +40,11 @@ BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
 
 @dataclass(frozen=True)
 class Settings:
-    """How a CompiledStep plans and runs: the budget as given, the method and its options, the capture options, and
-    what `checkmate.compile` says about caching, new batch shapes, measuring, the executor and the layout."""
+    """How a CompiledStep plans and runs: the budget, the method and its options, the capture options, and what
+    `checkmate.compile` says about caching, new batch shapes, measuring, the executor and the layout.
+
+    `budget` is as given to `compile` until the first plan resolves it; a step keeps it in bytes from then on
+    (`in_bytes`), so that every batch shape plans within the same bytes."""
 
     budget: int | float | str
     method: str
@@ -60,6 +63,9 @@ class Settings:
 class Compiled:
     """A step planned for one batch signature.
 
+    `reused_from` is None for a plan made for this signature, else the batch shapes of the planned step whose plan
+    (R and S) this one runs (`checkmate.training.shape_reuse`).
+
     The slots are (owning module, attribute name) of each parameter and buffer in placeholder order: each call
     reads the tensor currently there, so a parameter replaced by assignment is seen, without walking the model.
     """
@@ -71,6 +77,16 @@ class Compiled:
     no_remat: Plan
     parameter_slots: tuple[tuple[nn.Module, str], ...]
     buffer_slots: tuple[tuple[nn.Module, str], ...]
+    reused_from: tuple[tuple[tuple[int, ...], str], ...] | None = None
+
+
+def in_bytes(settings: Settings, first: Compiled) -> Settings:
+    """`settings` with the budget in the bytes `first` (the plan `compile` made) was planned within: a fraction is
+    resolved once, against the first capture's peak without recomputation, and every later batch shape plans within
+    the same bytes."""
+    if first.plan.budget is None:
+        return settings
+    return dataclasses.replace(settings, budget=first.plan.budget)
 
 
 def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:

@@ -22,11 +22,14 @@ class StepReport:
         cost_model: how ops were priced ("profile", "flops" or "unit"); the plan's extra compute is in these units.
         nodes: planning nodes in the graph.
         no_remat_peak: bytes at the peak with no recomputation (the checkpoint_all plan).
-        budget: the budget in bytes.
+        budget: the budget in bytes, fixed at compile for every batch shape (a fraction is of the compile batch's
+            peak without recomputation).
         planned_peak: the plan's simulated peak in bytes.
         planned_extra_compute: extra compute of the plan over no recomputation, as a fraction (0.1 = 10 %).
         measured_peak: live tensor bytes at the peak of the first measured call, or None before one.
         measured_time: seconds of the last call that was timed (calls measuring CPU memory are not), or None.
+        reused_from: the batch shapes whose plan this shape runs, as the log writes them (`CompiledStep.improve`
+            plans this shape for itself), or None when the plan was made for this shape.
     """
 
     method: str
@@ -39,14 +42,19 @@ class StepReport:
     planned_extra_compute: float
     measured_peak: int | None
     measured_time: float | None
+    reused_from: str | None = None
 
     def __str__(self) -> str:
         measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
         measured_time = "not yet timed" if self.measured_time is None else f"{self.measured_time * 1e3:.1f} ms"
+        plan = f"{self.method} ({self.status}), {self.nodes} nodes, {self.cost_model} costs"
+        if self.reused_from is not None:
+            plan += f"; the plan of batch {self.reused_from} (step.improve(*batch) plans this shape)"
+        budget = f"{format_bytes(self.budget)} ({self.budget / max(self.no_remat_peak, 1):.0%} of no-remat)"
         rows = [
-            ("plan", f"{self.method} ({self.status}), {self.nodes} nodes, {self.cost_model} costs"),
+            ("plan", plan),
             ("no-remat peak", format_bytes(self.no_remat_peak)),
-            ("budget", f"{format_bytes(self.budget)} ({self.budget / max(self.no_remat_peak, 1):.0%} of no-remat)"),
+            ("budget", f"{budget}, fixed at compile"),
             ("planned peak", format_bytes(self.planned_peak)),
             ("measured peak", measured_peak),
             ("planned extra compute", f"{self.planned_extra_compute:+.1%}"),
