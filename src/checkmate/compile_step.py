@@ -63,13 +63,17 @@ def compile(
         loss_fn: `loss_fn(model, *batch)` returns the scalar loss.
         batch: an example batch (a tuple of tensors, possibly nested); its shapes and dtypes are planned for.
         budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the
-            peak with no recomputation (the `checkpoint_all` plan). Fixed memory (parameters, gradients,
-            buffers, batch) is included.
+            peak with no recomputation (the `checkpoint_all` plan) of `batch`, resolved to bytes once, here: every
+            later batch shape plans within the same bytes. Fixed memory (parameters, gradients, buffers, batch) is
+            included.
         method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
         cost_model: how capture prices ops: "profile", "flops" or "unit".
         max_nodes: let capture merge cheap neighbouring nodes until at most this many remain (faster solves).
         cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
-        replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
+        replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError. A batch
+            no larger in any dimension than a planned one, whose graph has the same structure, runs that plan at once
+            where it fits the budget, without profiling or solving (`checkmate.training.shape_reuse`; the log says
+            so); `step.improve(*batch)` plans its shape for itself.
         measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
             "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
         gradient_memory: "whole_step" plans for gradients held all through the step (`.grad`s kept from earlier

@@ -7,8 +7,9 @@
 Each call feeds the model's current parameters and buffers (an optimizer's updates are seen), runs the schedule
 as its generated step function (`checkmate.execute.program`), accumulates gradients into `.grad` as eager autograd
 does, writes buffer updates (BatchNorm running statistics) once, and returns the detached loss. Plans are kept per
-batch shape and dtype; a new shape is captured and planned again (`checkmate.training.planning`), or refused with
-`replan=False`.
+batch shape and dtype, all within the budget in bytes fixed at compile. A new shape runs the plan of a larger one
+where its graph has the same structure and the plan fits (`checkmate.training.shape_reuse`; `improve` plans it for
+itself), else it is captured and planned again (`checkmate.training.planning`), or refused with `replan=False`.
 """
 
 from __future__ import annotations
