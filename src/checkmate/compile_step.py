@@ -68,7 +68,9 @@ def compile(
         method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
         cost_model: how capture prices ops: "profile", "flops" or "unit".
         max_nodes: let capture merge cheap neighbouring nodes until at most this many remain (faster solves).
-        cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
+        cache: reuse plans and op measurements cached on disk (`$CHECKMATE_CACHE_DIR`, default
+            `~/.cache/checkmate`); with False nothing is read from or written to the disk caches. A cache that cannot
+            be written, or a damaged entry, is logged as a warning and costs only time.
         replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError.
         measure_memory: when to measure the live-tensor peak: "first" call of each shape, "every" call, or
             "never". On CPU measuring slows the step (each op is intercepted); on CUDA it is free.
