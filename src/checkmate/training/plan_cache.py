@@ -95,9 +95,12 @@ def cached_solve(
     budget: int | None,
     options: Mapping[str, Any],
     solve: Callable[[], Plan],
+    searches: bool = True,
 ) -> Plan:
     """The cached plan for `key` when it fits `budget` and serves `options`; else `solve()`, cached (the cheaper of
-    the new plan and an unproven cached one, with the greater of their efforts)."""
+    the new plan and an unproven cached one, with the greater of their efforts). `searches`: the method searches
+    until a time limit or a gap (it takes `time_limit`), so one that returns earlier was stopped (`spent_effort`);
+    a method that does not search always has its full effort."""
     entry = load_cached(key, graph, cost_model=cost_model, budget=budget)
     if entry is not None and entry.serves(options):
         if entry.plan.status != "optimal":
@@ -115,7 +118,7 @@ def cached_solve(
             _describe(_effort(options)),
         )
     plan = solve()
-    effort = spent_effort(plan, options)
+    effort = spent_effort(plan, options) if searches else _effort(options)
     if entry is not None:
         effort = _greater(entry.effort, effort)
         if entry.plan.cost < plan.cost:

@@ -208,8 +208,9 @@ def _cached_solve(
 
     if not settings.cache:
         return solved()
+    searches = "time_limit" in (option_names(settings.method) or ())
     return plan_cache.cached_solve(
-        key, graph, cost_model=captured.cost_model, budget=budget, options=options, solve=solved
+        key, graph, cost_model=captured.cost_model, budget=budget, options=options, solve=solved, searches=searches
     )
 
 
