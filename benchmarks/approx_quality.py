@@ -34,6 +34,7 @@ import numpy as np
 
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph, training_graph
+from checkmate.files import write_file
 from checkmate.graph import Graph
 from rows import RESULTS, Row, Stored, add_row_arguments, measure_or_load
 
@@ -105,7 +106,7 @@ def measure(arguments: argparse.Namespace) -> Iterator[Row]:
 
 def _keep(path: Path, optima: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(optima, indent=0))
+    write_file(path, json.dumps(optima, indent=0))
 
 
 def line(row: Row) -> str:

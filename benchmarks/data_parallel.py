@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import checkmate
 from checkmate import zoo
+from checkmate.files import write_file
 from checkmate.units import format_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
@@ -148,7 +149,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         if rank == 0:
             print(_line(rows[-1]), file=sys.stderr, flush=True)
     if rank == 0:
-        Path(directory, "rows.json").write_text(json.dumps(rows))
+        write_file(Path(directory, "rows.json"), json.dumps(rows))
     dist.destroy_process_group()
 
 

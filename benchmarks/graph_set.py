@@ -73,6 +73,7 @@ from torch.nn import functional
 
 import checkmate
 from checkmate import zoo
+from checkmate.files import write_file
 from rows import Row as StoredRow
 from rows import Stored, add_row_arguments, measure_or_load
 
@@ -240,8 +241,7 @@ def capture_one(name: str, out: Path) -> Row:
     graph = checkmate.capture(model, loss_fn, batch, cost_model="flops").graph
     seconds = time.perf_counter() - started
     path = out / f"{name}.json.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as file:
-        file.write(graph.to_json())
+    write_file(path, gzip.compress(graph.to_json().encode("utf-8")))
     with gzip.open(path, "rt", encoding="utf-8") as file:
         if checkmate.Graph.from_json(file.read()) != graph:
             raise RuntimeError(f"{path} does not read back as the graph written")

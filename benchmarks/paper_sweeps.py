@@ -29,6 +29,7 @@ from checkmate.experiments.parallel import make_runner
 from checkmate.experiments.plots import plot_sweep
 from checkmate.experiments.sweep import SweepRow, budget_grid, rows_from_json, rows_to_json, run_tasks, sweep_tasks
 from checkmate.experiments.tables import approximation_ratios, format_solve_times, format_sweep, solve_times
+from checkmate.files import write_file
 
 # name -> (factory, the paper's batch size)
 MODELS = {"vgg16": ("zoo:vgg16", 256), "unet": ("zoo:unet", 32)}
@@ -85,7 +86,7 @@ def main() -> int:
     rows = run_tasks(tasks, make_runner(arguments.workers, arguments.ray), report)
     print(f"\nsolves took {time.perf_counter() - solving:.0f} s\n")
     arguments.out.mkdir(parents=True, exist_ok=True)
-    (arguments.out / f"{arguments.tag}.json").write_text(rows_to_json(rows))
+    write_file(arguments.out / f"{arguments.tag}.json", rows_to_json(rows))
     for model in dict.fromkeys(row.model for row in rows):
         plot_sweep([row for row in rows if row.model == model], arguments.out / f"{arguments.tag}_{model}.png")
     status = print_tables(rows)

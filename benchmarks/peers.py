@@ -67,6 +67,7 @@ import torch
 
 import checkmate
 from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes, synchronize
+from checkmate.files import write_file
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -447,7 +448,7 @@ def environment(args: argparse.Namespace, meter: Meter) -> dict[str, Any]:
 def write_rows(path: str, info: dict[str, Any], rows: list[Row]) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     plain = [{item.name: getattr(row, item.name) for item in dataclasses.fields(row)} for row in rows]
-    Path(path).write_text(json.dumps({"environment": info, "rows": plain}, indent=1, default=_plain))
+    write_file(path, json.dumps({"environment": info, "rows": plain}, indent=1, default=_plain))
 
 
 def read_rows(paths: Sequence[str]) -> tuple[list[Row], dict[str, Any]]:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkmate.files import write_figure
+
 MIB = 2**20
 MONOTONE_TOLERANCE = 0.01  # a smaller budget may read up to 1 % higher before we call the curve non-monotone
 MATCH_TOLERANCE = 0.01  # ours "fits" a peer's level when its measured peak is at most 1 % above the peer's
@@ -313,5 +315,5 @@ def pareto_plot(rows: Sequence[Row], path: str, *, caption: str = "") -> None:
     if caption:
         figure.text(0.01, 0.005, caption, fontsize=6, family="monospace", color="dimgray")
     figure.tight_layout(rect=(0, 0.02 if caption else 0, 1, 1))
-    figure.savefig(path, dpi=120)
+    write_figure(figure, path, dpi=120)
     plt.close(figure)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkmate.files import write_file
+
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT = Path("<default>")  # what --out or --from-json holds when given without a path
 
@@ -88,7 +90,7 @@ def write_rows(path: Path, stored: Stored) -> None:
     """Write `stored` as JSON to `path` (its folder made if needed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"environment": stored.environment, "rows": stored.rows}, indent=1, default=_plain)
-    path.write_text(text + "\n")
+    write_file(path, text + "\n")
 
 
 def read_rows(path: Path) -> Stored:

@@ -61,6 +61,7 @@ from torch.distributed.tensor import DTensor
 
 import checkmate
 from checkmate.execute.memory import storage_bytes
+from checkmate.files import write_file
 from checkmate.sharded import layout
 from checkmate.torch_capture.allocator import allocator_peak
 from peers_tools import SAC_POLICIES
@@ -358,7 +359,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
             **_ours_fields(ours, medians[id(ours)]),
         })  # fmt: skip
     if rank == 0:
-        Path(directory, "rows.json").write_text(json.dumps(rows))
+        write_file(Path(directory, "rows.json"), json.dumps(rows))
     dist.barrier()
     dist.destroy_process_group()
 

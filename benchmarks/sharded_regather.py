@@ -37,6 +37,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import checkmate
+from checkmate.files import write_file
 from checkmate.sharded import holds
 from rows import Row, Stored, add_row_arguments, measure_or_load
 from sharded import (
@@ -130,7 +131,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
     rows: list[Row] = [_row(config, time_) for config, time_ in zip(everyone, seconds, strict=True)]
     rows.append({"model": MODEL, "tool": "all-gather", "bytes": gathered_bytes, "step_ms": gather * 1e3})
     if rank == 0:
-        Path(directory, "rows.json").write_text(json.dumps(rows))
+        write_file(Path(directory, "rows.json"), json.dumps(rows))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -69,7 +69,9 @@ def compile(
         method: a strategy name from `checkmate methods`, such as "optimal", "chen_greedy" or "checkpoint_all".
         cost_model: how capture prices ops: "profile", "flops" or "unit".
         max_nodes: let capture merge cheap neighbouring nodes until at most this many remain (faster solves).
-        cache: reuse plans cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate/plans`).
+        cache: reuse plans and op measurements cached on disk (`$CHECKMATE_CACHE_DIR`, default
+            `~/.cache/checkmate`); with False nothing is read from or written to the disk caches. A cache that cannot
+            be written, or a damaged entry, is logged as a warning and costs only time.
         replan: plan a batch of a new shape when it arrives; with False such a batch raises ExecutionError. A batch
             no larger in any dimension than a planned one, whose graph has the same structure, runs that plan at once
             where it fits the budget, without profiling or solving (`checkmate.training.shape_reuse`; the log says

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 import checkmate
+from checkmate.errors import InvalidSchedule
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -42,9 +44,11 @@ class Solver:
         return self.plan
 
 
-def _plan(method: str = "chen_sqrtn", status: str = "feasible") -> Plan:
+def _plan(method: str = "chen_sqrtn", status: str = "feasible", seconds: float = 600.0) -> Plan:
+    """A plan as `optimal` would return it after searching `seconds` (by default to the end of every time limit the
+    tests ask for)."""
     plan = checkmate.solve(GRAPH, BUDGET, method=method)
-    return checkmate.make_plan(GRAPH, plan.R, plan.S, method="optimal", status=status)
+    return checkmate.make_plan(GRAPH, plan.R, plan.S, method="optimal", status=status, solve_time=seconds)
 
 
 def test_the_key_changes_with_budget_method_graph_and_options_but_not_with_effort() -> None:
@@ -57,27 +61,43 @@ def test_the_key_changes_with_budget_method_graph_and_options_but_not_with_effor
 
 def test_a_proven_plan_serves_any_later_call() -> None:
     proven = Solver(_plan(status="optimal"))
-    first = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 1}, solve=proven)
-    again = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 600}, solve=proven)
+    first = plan_cache.cached_solve(
+        _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 1}, solve=proven
+    )
+    again = plan_cache.cached_solve(
+        _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 600}, solve=proven
+    )
     assert proven.calls == 1 and again.cost == first.cost and again.status == "optimal"
 
 
 def test_an_unproven_plan_serves_only_calls_that_ask_for_no_more_effort(caplog: pytest.LogCaptureFixture) -> None:
     worse = Solver(_plan("chen_sqrtn"))  # found in 5 s, not proven
-    plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 5}, solve=worse)
+    plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 5}, solve=worse)
     with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
-        reused = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 5}, solve=worse)
+        reused = plan_cache.cached_solve(
+            _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 5}, solve=worse
+        )
     assert worse.calls == 1 and reused.status == "feasible"
     assert "not proven optimal" in caplog.text, "reusing an unproven plan is said"
     better = Solver(_plan("checkpoint_all"))
-    longer = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={"time_limit": 60}, solve=better)
+    longer = plan_cache.cached_solve(
+        _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 60}, solve=better
+    )
     assert better.calls == 1, "more time asked for: solved again"
     assert longer.cost == better.plan.cost < worse.plan.cost
     tighter = plan_cache.cached_solve(
-        _key(), GRAPH, cost_model="unit", options={"time_limit": 60, "mip_gap": 1e-4}, solve=Solver(worse.plan)
+        _key(),
+        GRAPH,
+        cost_model="unit",
+        budget=BUDGET,
+        options={"time_limit": 60, "mip_gap": 1e-4},
+        solve=Solver(worse.plan),
     )
     assert tighter.cost == better.plan.cost, "a new solve that finds worse keeps the cheaper cached plan"
-    assert plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", options={}, solve=better).cost == tighter.cost
+    assert (
+        plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=better).cost
+        == tighter.cost
+    )
     assert better.calls == 2, "no time limit asks for more than any limited solve had"
 
 
@@ -96,7 +116,7 @@ def test_a_corrupt_or_foreign_entry_is_ignored_with_a_warning(
     other = random_training_graph(3, seed=0)
     plan_cache.write_plan(path, checkmate.solve(other, None, method="checkpoint_all"), other, cost_model="unit")
     with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
-        plan = plan_cache.cached_solve(key, GRAPH, cost_model="unit", options={}, solve=solver)
+        plan = plan_cache.cached_solve(key, GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=solver)
     assert "another graph" in caplog.text and solver.calls == 1 and plan.status == "optimal"
 
 
@@ -139,3 +159,78 @@ def test_a_bug_while_reading_an_entry_is_not_taken_for_a_damaged_file(
     monkeypatch.setattr(plan_cache, "_effort", broken)
     with pytest.raises(KeyError, match="a bug of ours"):
         plan_cache.load_cached(key, GRAPH, cost_model="unit")
+
+
+def test_an_interrupted_plan_does_not_serve_a_call_that_asks_for_more_time(caplog: pytest.LogCaptureFixture) -> None:
+    """Ctrl-C 3 s into a 120 s solve: the plan had 3 s of search, not 120 s; a later 20 s solve must search again."""
+    interrupted = Solver(_plan("chen_sqrtn", seconds=3.0))
+    plan_cache.cached_solve(
+        _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 120}, solve=interrupted
+    )
+    better = Solver(_plan("checkpoint_all", seconds=20.0))
+    with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
+        plan = plan_cache.cached_solve(
+            _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 20}, solve=better
+        )
+    assert better.calls == 1 and plan.cost == better.plan.cost < interrupted.plan.cost
+    assert "time_limit=3 s" in caplog.text, "the log gives the effort the interrupted plan really had"
+    stopped_without_limit = Solver(_plan("chen_sqrtn", seconds=3.0))
+    other = _key(budget=BUDGET + 1)
+    plan_cache.cached_solve(other, GRAPH, cost_model="unit", budget=BUDGET + 1, options={}, solve=stopped_without_limit)
+    plan_cache.cached_solve(other, GRAPH, cost_model="unit", budget=BUDGET + 1, options={}, solve=stopped_without_limit)
+    assert stopped_without_limit.calls == 2, (
+        "a search stopped early without a time limit does not serve an unlimited one"
+    )
+
+
+def test_a_plan_stopped_early_within_its_gap_serves_the_same_call() -> None:
+    """Stopping before the time limit because the gap was reached is the full effort asked for."""
+    within_gap = dataclasses.replace(_plan(seconds=2.0), gap=0.005)
+    solver = Solver(within_gap)
+    options = {"time_limit": 120, "mip_gap": 0.01}
+    for _ in range(2):
+        plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options=options, solve=solver)
+    assert solver.calls == 1
+
+
+def test_an_unwritable_cache_is_a_warning_and_the_plan_is_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a file").write_text("not a directory")
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path / "a file" / "plans"))  # unwritable, even for root
+    solver = Solver(_plan(status="optimal"))
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+        plan = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=solver)
+    assert plan.cost == solver.plan.cost and solver.calls == 1
+    assert "cannot write the plan cache" in caplog.text and "a file" in caplog.text
+
+
+def test_a_damaged_entry_is_removed_and_named(cache_directory: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = cache_directory / f"{_key()}.json"
+    path.write_text('{"format": "checkmate-plan/1", "graph": "')  # truncated by a crash
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+        assert plan_cache.load_cached(_key(), GRAPH, cost_model="unit", budget=BUDGET) is None
+    assert str(path) in caplog.text and not path.exists()
+
+
+def test_a_plan_over_this_budget_under_its_key_is_refused_and_solved_again(
+    cache_directory: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry for this graph but over the budget (copied from another budget's key, or written by another
+    version) must not run: the step would exceed the memory it was given."""
+    budget = 6
+    over = dataclasses.replace(checkmate.solve(GRAPH, None, method="checkpoint_all"), status="optimal")
+    assert over.peak_memory > budget
+    path = cache_directory / f"{_key(budget=budget)}.json"
+    plan_cache.write_plan(path, over, GRAPH, cost_model="unit")
+    solver = Solver(checkmate.solve(GRAPH, budget, method="optimal"))
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+        plan = plan_cache.cached_solve(
+            _key(budget=budget), GRAPH, cost_model="unit", budget=budget, options={}, solve=solver
+        )
+    assert solver.calls == 1 and plan.peak_memory <= budget
+    assert "over the budget" in caplog.text and str(path) in caplog.text
+    saved = cache_directory / "saved.json"
+    plan_cache.write_plan(saved, over, GRAPH, cost_model="unit")
+    with pytest.raises(InvalidSchedule, match="over the budget"):
+        plan_cache.read_plan(saved, GRAPH, cost_model="unit", budget=budget)

@@ -35,6 +35,7 @@ from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, InvalidSchedule
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
+from checkmate.files import write_file
 from checkmate.graph import Graph
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
@@ -245,7 +246,7 @@ def _solve(arguments: argparse.Namespace) -> int:
     if plan.lower_bound is not None and plan.gap is not None:
         print(f"bound:    {plan.lower_bound:.6g} (gap {plan.gap:.2%})")
     if arguments.out is not None:
-        arguments.out.write_text(plan.to_json())
+        write_file(arguments.out, plan.to_json())
         print(f"plan written to {arguments.out}")
     if arguments.plot is not None:
         from checkmate.experiments.plots import plot_memory

@@ -44,6 +44,7 @@ from checkmate.experiments.tables import (
     format_table2,
     solve_times,
 )
+from checkmate.files import write_file
 from checkmate.graph import Graph
 from checkmate.units import format_bytes
 
@@ -78,7 +79,7 @@ def run_sweep(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
         print(_table2_text(rows))
     print(f"\n{len(tasks)} solves in {time.perf_counter() - started:.1f} s")
     if arguments.out is not None:
-        arguments.out.write_text(rows_to_json(rows))
+        write_file(arguments.out, rows_to_json(rows))
         print(f"rows written to {arguments.out}")
     if arguments.plot is not None:
         from checkmate.experiments.plots import plot_sweep

@@ -33,11 +33,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from checkmate.torch_capture.allocator import peak_above_start
+from checkmate.torch_capture.allocator import memory_profile, peak_above_start
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ def measure_peak(
             yield meter
         return
     if allocator:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        with memory_profile() as profiler:
             yield meter
         meter.peak_bytes = peak_above_start(profiler) + storage_bytes(baseline)
         return

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from checkmate.experiments.sweep import SweepRow
+from checkmate.files import write_figure
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import lower
@@ -99,6 +100,6 @@ def _save(figure: Any, pyplot: Any, path: str | Path) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
-    figure.savefig(target, dpi=120)
+    write_figure(figure, target, dpi=120)
     pyplot.close(figure)
     return target

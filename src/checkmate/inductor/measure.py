@@ -30,7 +30,7 @@ from checkmate.captured import Captured
 from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.program import fetch_attribute
 from checkmate.inductor.kernels import NodeKernel
-from checkmate.torch_capture.json_cache import merge_entries, read_entries
+from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -160,21 +160,32 @@ def _memory(call: Any, device: torch.device) -> tuple[int, tuple[int, ...], tupl
 
 
 def _load(path: Path) -> dict[str, KernelMeasure]:
-    """The cached measures; a missing or damaged file, or a malformed entry, reads as missing."""
-    measures = {}
-    for key, entry in read_entries(path).items():
-        try:
-            measures[key] = KernelMeasure(
-                float(entry["seconds"]),
-                int(entry["peak_bytes"]),
-                tuple(int(value) for value in entry["output_storages"]),
-                tuple(int(value) for value in entry["storage_bytes"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-    return measures
+    """The cached measures; a missing file reads as empty, a damaged one is removed (`json_cache.read_entries`)."""
+    return {key: _measure_of(entry) for key, entry in read_entries(path, _well_formed).items()}
+
+
+def _measure_of(entry: Any) -> KernelMeasure:
+    return KernelMeasure(
+        float(entry["seconds"]),
+        int(entry["peak_bytes"]),
+        tuple(int(value) for value in entry["output_storages"]),
+        tuple(int(value) for value in entry["storage_bytes"]),
+    )
+
+
+def _well_formed(entry: Any) -> bool:
+    """Whether a cache entry holds a measure: finite, non-negative seconds and bytes."""
+    if not isinstance(entry, dict):
+        return False
+    numbers = [entry.get("seconds"), entry.get("peak_bytes")]
+    for name in ("output_storages", "storage_bytes"):
+        values = entry.get(name)
+        if not isinstance(values, list):
+            return False
+        numbers.extend(values)
+    return all(finite_number(value) for value in numbers)
 
 
 def _store(path: Path, fresh: dict[str, KernelMeasure]) -> None:
     """Merge `fresh` into the cache file atomically, keeping entries another process wrote."""
-    merge_entries(path, {key: dataclasses.asdict(measure) for key, measure in fresh.items()})
+    merge_entries(path, {key: dataclasses.asdict(measure) for key, measure in fresh.items()}, _well_formed)

@@ -39,7 +39,7 @@ from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.memory import measure_peak
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.simulate import Compute, Free, Schedule, Step
-from checkmate.torch_capture.json_cache import merge_entries, read_entries
+from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class _Fuser:
         self.fx_nodes = {node.name: node for node in captured.module.graph.nodes}
         self.leaving = leaving_values(captured)
         self.path = cache_directory() / f"inductor-runs-{device_key(device, torch.get_num_threads())}.json"
-        self.rises: dict[str, int] = {key: int(value) for key, value in read_entries(self.path).items()}
+        self.rises: dict[str, int] = {key: int(value) for key, value in read_entries(self.path, finite_number).items()}
         self.fresh: dict[str, int] = {}
         # Bytes held just before each Compute step: its `usage` (`checkmate.simulate.lower`) less what the step adds.
         computes = [(position, step) for position, step in enumerate(schedule.steps) if isinstance(step, Compute)]
@@ -218,4 +218,4 @@ class _Fuser:
 
     def store(self) -> None:
         if self.fresh:
-            merge_entries(self.path, dict(self.fresh))
+            merge_entries(self.path, dict(self.fresh), finite_number)

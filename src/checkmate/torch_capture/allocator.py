@@ -4,15 +4,27 @@ Every CPU tensor allocation, whether made by an eager op, inside a kernel, or by
 (`empty_strided_cpu`), goes through c10's CPU allocator, which reports it to `torch.profiler` when memory profiling is
 on; each allocation and free event carries the allocator's running total. The profiling pass reads each op's scratch
 from these events (`checkmate.torch_capture.profile`), and the benchmarks measure whole steps with `allocator_peak`.
+
+Every session goes through `memory_profile`. PyTorch's profiler library (Kineto) writes a `USDT: ... profiler_start`
+and a `... profiler_stop` line to the process's stderr at each session's start and stop, at every log level that
+still shows its errors; `memory_profile` drops those two lines and passes anything else written then through.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+# Kineto's marker of a session's start or stop (`USDT_EMIT_START_TRACE` in libkineto's Logger.h).
+_SESSION_MARKER = re.compile(rb"^USDT:.*\] profiler_(start|stop)$")
 
 
 def walk(roots: Sequence[Any]) -> Iterator[Any]:
@@ -41,15 +53,54 @@ def allocator_peak(run: Callable[[], Any]) -> int:
     Frees of blocks allocated before profiling started are not reported, so a run that frees memory it did not
     allocate reads high, never low.
     """
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with memory_profile() as profiler:
         run()
     return peak_above_start(profiler)
 
 
+@contextmanager
+def memory_profile() -> Iterator[profile]:
+    """A CPU profiler session that records allocations (read them with `allocation_events`), without Kineto's
+    start and stop markers on stderr."""
+    session = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _without_session_markers():
+        session.__enter__()
+    try:
+        yield session
+    finally:
+        with _without_session_markers():
+            session.__exit__(None, None, None)
+
+
+@contextmanager
+def _without_session_markers() -> Iterator[None]:
+    """Collect what is written to file descriptor 2 inside, and write it back without Kineto's session markers."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as collected:
+        os.dup2(collected.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            collected.seek(0)
+            lines = collected.read().splitlines(keepends=True)
+            kept = [line for line in lines if not _SESSION_MARKER.match(line.rstrip())]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def event_tree(profiler: profile) -> Sequence[Any]:
+    """The roots of a finished profiler session's event tree (walk them with `walk`)."""
+    assert profiler.profiler is not None and profiler.profiler.kineto_results is not None, "the session has not ended"
+    return profiler.profiler.kineto_results.experimental_event_tree()
+
+
 def peak_above_start(profiler: profile) -> int:
     """The most bytes the CPU allocator held during a finished profiler session above what it held at its start."""
-    assert profiler.profiler is not None and profiler.profiler.kineto_results is not None, "the session has not ended"
-    events = allocation_events(profiler.profiler.kineto_results.experimental_event_tree())
+    events = allocation_events(event_tree(profiler))
     if not events:
         return 0
     _, size, total = events[0]

@@ -10,10 +10,10 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from checkmate.errors import CaptureError
+from checkmate.files import write_file
 from checkmate.torch_capture import capture
 from checkmate.units import format_bytes
 
@@ -49,7 +49,7 @@ def run_capture(
     )
     elapsed = time.perf_counter() - started
     graph = captured.graph
-    Path(out).write_text(graph.to_json())
+    write_file(out, graph.to_json())
     backward = sum(node.backward for node in graph.nodes)
     print(
         f"{target}: {graph.size} nodes ({graph.size - backward} forward, {backward} backward), "

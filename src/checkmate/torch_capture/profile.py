@@ -53,9 +53,9 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
-from checkmate.torch_capture.allocator import allocation_events, walk
+from checkmate.torch_capture.allocator import allocation_events, event_tree, memory_profile, walk
 from checkmate.torch_capture.grouping import find_owners
-from checkmate.torch_capture.json_cache import merge_entries, read_entries
+from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
@@ -256,15 +256,14 @@ def _cuda_scratch(device: torch.device, node: torch.fx.Node, args: Any, kwargs: 
 def _cpu_scratch(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], missing: set[str]) -> dict[str, float]:
     """Run the graph under the memory profiler, each op in its own span, and read each op's scratch from the
     allocation events inside its span: the highest running total minus the running total after its last event."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with memory_profile() as profiler:
         for _ in _run(module, inputs, _in_span):
             pass
-    events = allocation_events(profiler.profiler.kineto_results.experimental_event_tree())
+    roots = event_tree(profiler)
+    events = allocation_events(roots)
     times = [time_ns for time_ns, _, _ in events]
     scratch: dict[str, float] = {}
-    for name, (start, end) in _spans(profiler.profiler.kineto_results.experimental_event_tree()).items():
+    for name, (start, end) in _spans(roots).items():
         if name in missing:
             inside = events[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
             totals = [total for _, _, total in inside]
@@ -297,15 +296,11 @@ def _one_thread() -> Iterator[None]:
 
 
 def _load(path: Path) -> dict[str, float]:
-    """The cache file's entries (signature -> number); a missing or unreadable file, or an entry that is not a
-    number, reads as missing."""
-    return {
-        key: float(value)
-        for key, value in read_entries(path).items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+    """The cache file's entries (signature -> number); a missing file reads as empty, a damaged one (an entry that is
+    not a finite, non-negative number) is logged, removed and measured again (`json_cache.read_entries`)."""
+    return {key: float(value) for key, value in read_entries(path, finite_number).items()}
 
 
 def _store(path: Path, fresh: dict[str, float]) -> None:
     """Merge `fresh` into the cache file, atomically (rename), keeping entries another process wrote."""
-    merge_entries(path, dict(fresh))
+    merge_entries(path, dict(fresh), finite_number)

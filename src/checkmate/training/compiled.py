@@ -259,13 +259,17 @@ class CompiledStep:
         plan_cache.write_plan(path, compiled.plan, compiled.captured.graph, cost_model=compiled.captured.cost_model)
 
     def load_plan(self, path: str | os.PathLike[str]) -> Plan:
-        """Use the plan saved at `path` for the current batch shape; it must have been made for this graph.
+        """Use the plan saved at `path` for the current batch shape; it must have been made for this graph and fit
+        this step's budget (checked by simulation).
 
         Raises:
             CheckmateError: the file holds a plan for another graph.
+            InvalidSchedule: the plan breaks a constraint on this graph, or peaks over this step's budget.
         """
-        captured = self.captured
-        return self.use_plan(plan_cache.read_plan(path, captured.graph, cost_model=captured.cost_model))
+        compiled = self._compiled[self._current]
+        budget = compiled.plan.budget if compiled.plan.budget is not None else compiled.no_remat.peak_memory
+        graph, cost_model = compiled.captured.graph, compiled.captured.cost_model
+        return self.use_plan(plan_cache.read_plan(path, graph, cost_model=cost_model, budget=budget))
 
     def use_plan(self, plan: Plan) -> Plan:
         """Run the current batch shape with `plan` (from `checkmate.solve(step.graph, ...)`, say) from now on.

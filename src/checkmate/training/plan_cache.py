@@ -3,17 +3,22 @@
 The cache key is the sha256 of the graph (its JSON; without the costs when they were profiled, since
 timings differ from run to run while the structure and sizes do not), the budget in bytes, the method,
 its options, the cost model and the device. The directory is `~/.cache/checkmate/plans`, or
-`$CHECKMATE_CACHE_DIR` when set. A cached plan is re-simulated on the current graph when loaded, so a
-stale or corrupt entry is reported and ignored, never used.
+`$CHECKMATE_CACHE_DIR` when set. A cached plan is re-simulated on the current graph and budget when loaded: a
+damaged entry, or one that does not fit (made for another graph, or over this budget), is logged as a warning
+naming its file, removed, and the plan solved again. A cache that cannot be written is logged, and the plan is
+returned uncached.
 
 The effort options (`time_limit`, `mip_gap`) are not in the key: they say how hard to look, not which problem.
 An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a time
 limit ran out) serves only calls that ask for no more effort than it had, and the log says it is not proven. A
-call that asks for more time or a smaller gap solves again, and the cheaper of the two plans is kept.
+solve that stopped before its time limit without reaching its gap (Ctrl-C) is recorded with the seconds it
+searched, not the limit it was given. A call that asks for more time or a smaller gap solves again, and the
+cheaper of the two plans is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checkmate.errors import CheckmateError
+from checkmate.errors import CheckmateError, InvalidSchedule
+from checkmate.files import write_file
 from checkmate.graph import Graph
 from checkmate.plan import Plan
+from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +88,20 @@ class CachedPlan:
 
 
 def cached_solve(
-    key: str, graph: Graph, *, cost_model: str, options: Mapping[str, Any], solve: Callable[[], Plan]
+    key: str,
+    graph: Graph,
+    *,
+    cost_model: str,
+    budget: int | None,
+    options: Mapping[str, Any],
+    solve: Callable[[], Plan],
+    searches: bool = True,
 ) -> Plan:
-    """The cached plan for `key` when it serves `options`; else `solve()`, cached (the cheaper of the new plan and
-    an unproven cached one, under the new effort)."""
-    entry = load_cached(key, graph, cost_model=cost_model)
+    """The cached plan for `key` when it fits `budget` and serves `options`; else `solve()`, cached (the cheaper of
+    the new plan and an unproven cached one, with the greater of their efforts). `searches`: the method searches
+    until a time limit or a gap (it takes `time_limit`), so one that returns earlier was stopped (`spent_effort`);
+    a method that does not search always has its full effort."""
+    entry = load_cached(key, graph, cost_model=cost_model, budget=budget)
     if entry is not None and entry.serves(options):
         if entry.plan.status != "optimal":
             log.info(
@@ -102,34 +118,71 @@ def cached_solve(
             _describe(_effort(options)),
         )
     plan = solve()
-    if entry is not None and entry.plan.cost < plan.cost:
-        plan = entry.plan
-    store_cached(key, plan, graph, cost_model=cost_model, options=options)
+    effort = spent_effort(plan, options) if searches else _effort(options)
+    if entry is not None:
+        effort = _greater(entry.effort, effort)
+        if entry.plan.cost < plan.cost:
+            plan = entry.plan
+    store_cached(key, plan, graph, cost_model=cost_model, effort=effort)
     return plan
 
 
-def load_cached(key: str, graph: Graph, *, cost_model: str) -> CachedPlan | None:
-    """The cache entry for `key`, or None when there is none or it no longer fits `graph` (then logged)."""
+def load_cached(key: str, graph: Graph, *, cost_model: str, budget: int | None = None) -> CachedPlan | None:
+    """The cache entry for `key`, or None when there is none, or when it is damaged or does not fit `graph` and
+    `budget` (then logged, and the file removed)."""
     path = cache_directory() / f"{key}.json"
     if not path.exists():
         return None
     try:
         document = _document(path)
-        plan = _plan_of(document, path, graph, cost_model=cost_model)
+        plan = _plan_of(document, path, graph, cost_model=cost_model, budget=budget)
         effort = _stored_effort(document, path)
     except (OSError, ValueError, CheckmateError) as error:  # unreadable, not JSON, damaged, foreign or stale
-        log.warning("ignoring the cached plan %s: %s", path, error)
+        log.warning("ignoring the cached plan %s (removing it): %s; solving again", path, error)
+        with contextlib.suppress(OSError):  # an unwritable cache: storing the new plan will fail and say so
+            path.unlink(missing_ok=True)
         return None
     log.info("loaded the cached plan %s (%s)", path, plan.status)
     return CachedPlan(plan, effort)
 
 
-def store_cached(key: str, plan: Plan, graph: Graph, *, cost_model: str, options: Mapping[str, Any]) -> Path:
-    """Write `plan` into the cache under `key` with the effort in `options` that found it; returns the file."""
+def store_cached(
+    key: str, plan: Plan, graph: Graph, *, cost_model: str, effort: Mapping[str, float | None]
+) -> Path | None:
+    """Write `plan` into the cache under `key` with the effort that found it (`spent_effort`); returns the file, or
+    None when the cache cannot be written (logged: the plan is still good, only not cached)."""
     path = cache_directory() / f"{key}.json"
-    write_plan(path, plan, graph, cost_model=cost_model, effort=_effort(options))
+    try:
+        write_plan(path, plan, graph, cost_model=cost_model, effort=effort)
+    except OSError as error:
+        log.warning("cannot write the plan cache %s (%s): continuing without caching this plan", path, error)
+        return None
     log.info("cached the plan as %s", path)
     return path
+
+
+def spent_effort(plan: Plan, options: Mapping[str, Any]) -> dict[str, float | None]:
+    """The effort of the solve that returned `plan` when asked for `options`: the effort asked for, except that a
+    search that stopped before its time limit (`plan.solve_time`) without proving the plan optimal or within its
+    `mip_gap` (`plan.status`, `plan.gap`) is taken to have had only the seconds it ran: it was interrupted, and a
+    call that asks for more time must not reuse its plan."""
+    effort = _effort(options)
+    limit, gap = effort["time_limit"], effort["mip_gap"]
+    reached_gap = plan.status == "optimal" or (plan.gap is not None and plan.gap <= (gap or 0.0))
+    if not reached_gap and (limit is None or plan.solve_time < limit):
+        effort["time_limit"] = plan.solve_time
+    return effort
+
+
+def _greater(one: Mapping[str, float | None], other: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The effort of two solves together: the longer time (None: unlimited) and the smaller gap (None: the solver's
+    default, the loosest)."""
+    times = (one["time_limit"], other["time_limit"])
+    gaps = [gap for gap in (one["mip_gap"], other["mip_gap"]) if gap is not None]
+    return {
+        "time_limit": None if None in times else max(time for time in times if time is not None),
+        "mip_gap": min(gaps) if gaps else None,
+    }
 
 
 def _effort(options: Mapping[str, Any]) -> dict[str, float | None]:
@@ -169,27 +222,25 @@ def write_plan(
         "plan": json.loads(plan.to_json()),
         "effort": dict(effort) if effort is not None else _effort({}),
     }
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(document))
-    os.replace(temporary, target)
+    write_file(target, json.dumps(document))
 
 
-def read_plan(path: str | os.PathLike[str], graph: Graph, *, cost_model: str) -> Plan:
-    """Load a plan saved by `write_plan` for `graph`.
+def read_plan(path: str | os.PathLike[str], graph: Graph, *, cost_model: str, budget: int | None = None) -> Plan:
+    """Load a plan saved by `write_plan` for `graph`, checked by simulation to fit `budget` bytes (None: any peak).
 
     Raises:
         CheckmateError: the file is not a checkmate plan, or it was made for another graph.
-        InvalidSchedule: the plan breaks a constraint on this graph.
+        InvalidSchedule: the plan breaks a constraint on this graph, or its peak is over `budget`.
     """
-    return _plan_of(_document(path), path, graph, cost_model=cost_model)
+    return _plan_of(_document(path), path, graph, cost_model=cost_model, budget=budget)
 
 
 def _document(path: str | os.PathLike[str]) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_model: str) -> Plan:
-    """The plan in a document `write_plan` wrote, checked to be for `graph` (see `read_plan`)."""
+def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_model: str, budget: int | None) -> Plan:
+    """The plan in a document `write_plan` wrote, checked to be for `graph` and to fit `budget` (see `read_plan`)."""
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckmateError(f"{path} is not a checkmate plan file (format {FORMAT!r})")
     if document.get("graph") != graph_fingerprint(graph, cost_model=cost_model):
@@ -203,7 +254,13 @@ def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_
     for matrix in ("R", "S"):
         if not isinstance(stored.get(matrix), list):
             raise CheckmateError(f"{path} is damaged: its plan has no {matrix} matrix")
-    return Plan.from_json(json.dumps(stored), graph)  # a matrix of another size raises ValueError (reshape)
+    plan = Plan.from_json(json.dumps(stored), graph)  # simulated; a matrix of another size raises ValueError (reshape)
+    if budget is not None and plan.peak_memory > budget:
+        raise InvalidSchedule(
+            f"{path} holds a plan that peaks at {format_bytes(plan.peak_memory)}, over the budget of "
+            f"{format_bytes(budget)}: it was made for a larger budget; plan again within this one"
+        )
+    return plan
 
 
 def _stored_effort(document: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, float | None]:

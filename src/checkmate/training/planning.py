@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate import disk_cache
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
@@ -118,7 +119,8 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
             break
     if best is None:
         raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
-    best.program.step_function(best.schedule)  # generated now: the Inductor executor compiles its fused runs here
+    with disk_cache.caching(settings.cache):  # the Inductor executor compiles and measures its fused runs here
+        best.program.step_function(best.schedule)
     return best
 
 
@@ -148,23 +150,24 @@ def _plan_capture(
     """Plan one capture of the step within `budget` bytes (None: the settings' budget, resolved against this
     capture's peak without recomputation); `started` is when the planning began (`planning_time_limit`)."""
     options = choice.options(settings.capture)
-    captured, program = prepare_executor(
-        settings.executor,
-        capture(
+    with disk_cache.caching(settings.cache):  # profiling and Inductor's measures read and write their own caches
+        captured, program = prepare_executor(
+            settings.executor,
+            capture(
+                model,
+                traced_loss(choice.channels_last, model, loss_fn),
+                batch,
+                cost_model=options.cost_model,
+                max_nodes=options.max_nodes,
+                optimizer_state_bytes=options.optimizer_state_bytes,
+                gradient_memory=options.gradient_memory,
+                fused=options.fused,
+                lean_backward=options.lean_backward,
+            ),
             model,
-            traced_loss(choice.channels_last, model, loss_fn),
             batch,
-            cost_model=options.cost_model,
-            max_nodes=options.max_nodes,
-            optimizer_state_bytes=options.optimizer_state_bytes,
-            gradient_memory=options.gradient_memory,
-            fused=options.fused,
-            lean_backward=options.lean_backward,
-        ),
-        model,
-        batch,
-        settings.cost_model,
-    )
+            settings.cost_model,
+        )
     no_remat = solve(captured.graph, None, method="checkpoint_all")
     if budget is None:
         budget = resolve_budget(settings.budget, no_remat.peak_memory)
@@ -221,7 +224,10 @@ def _cached_solve(
 
     if not settings.cache:
         return solved()
-    return plan_cache.cached_solve(key, graph, cost_model=captured.cost_model, options=options, solve=solved)
+    searches = "time_limit" in (option_names(settings.method) or ())
+    return plan_cache.cached_solve(
+        key, graph, cost_model=captured.cost_model, budget=budget, options=options, solve=solved, searches=searches
+    )
 
 
 def batch_signature(leaves: list[Any], spec: Any) -> BatchSignature:
