@@ -61,6 +61,8 @@ class Captured:
         device: the device the costs were measured for, such as "cpu" or "cuda:0".
         region_outputs: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), its forward outputs:
             values that leave when the forward ends, held in the fixed memory like the loss.
+        attribute_reads: the module attributes the traced code read, each as (the module's qualified name, or the
+            module itself when it is not the model's, attribute name): what `checkmate.training.guards` guards.
     """
 
     graph: Graph
@@ -78,6 +80,7 @@ class Captured:
     cost_model: str
     device: str
     region_outputs: tuple[str, ...] = ()
+    attribute_reads: tuple[tuple[Any, str], ...] = ()
 
     @cached_property
     def node_of(self) -> dict[str, int]:

@@ -111,6 +111,7 @@ def capture(
         loss=trace.loss,
         gradients=trace.gradients,
         buffer_updates=trace.buffer_updates,
+        attribute_reads=trace.attribute_reads,
         random_nodes=layout.random_nodes,
         cost_model=cost_model,
         device=str(model_device(model)),

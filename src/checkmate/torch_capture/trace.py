@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.errors import CaptureError
+from checkmate.torch_capture.attribute_reads import AttributeRead, attribute_reads, recording_reads
 from checkmate.torch_capture.model_state import ModelState, distinct_state, parameters_without_gradient
 from checkmate.torch_capture.trace_errors import explain_trace_error, raised_in_checkmate
 from checkmate.torch_capture.tracing_context import tracing_ahead_of_time
@@ -45,6 +46,7 @@ class Trace:
         loss: fx name of the scalar loss.
         gradients: for each parameter, the fx name of its gradient (None when it gets none).
         buffer_updates: for each buffer, the fx name of its new value (None when unchanged).
+        attribute_reads: the module attributes the traced code read (`checkmate.torch_capture.attribute_reads`).
     """
 
     module: torch.fx.GraphModule
@@ -55,6 +57,7 @@ class Trace:
     loss: str
     gradients: tuple[str | None, ...]
     buffer_updates: tuple[str | None, ...]
+    attribute_reads: tuple[AttributeRead, ...] = ()
 
 
 class _Step(nn.Module):
@@ -115,10 +118,11 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     fake_model, fake_leaves = _fake_copies(model, leaves)
     state = distinct_state(fake_model)
     step = _Step(fake_model, loss_fn, spec, state)
-    for name in _without_gradient(step, fake_leaves, state):
-        state.parameters[name].requires_grad_(False)
-    with _explaining_failures():
-        module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
+    with recording_reads() as reads:
+        for name in _without_gradient(step, fake_leaves, state):
+            state.parameters[name].requires_grad_(False)
+        with _explaining_failures():
+            module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
     model_name = {f"{_PARAMETER}{index}": name for index, name in enumerate(state.parameters)}
@@ -137,6 +141,7 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
         loss=loss,
         gradients=tuple(gradient_of.get(name) for name in signature.parameters),
         buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
+        attribute_reads=attribute_reads(reads, fake_model, frozenset({id(step)})),
     )
 
 

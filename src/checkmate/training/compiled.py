@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -32,8 +32,10 @@ from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import lower
+from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
+from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, plan_step
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes
@@ -41,6 +43,13 @@ from checkmate.units import format_bytes
 log = logging.getLogger(__name__)
 
 MEASURE_CHOICES = ("first", "every", "never")
+
+
+class PlanKey(NamedTuple):
+    """What a plan is kept by: the batch's signature and the guarded values its trace depended on."""
+
+    batch: BatchSignature
+    guards: GuardState
 
 
 class CompiledStep:
@@ -58,9 +67,13 @@ class CompiledStep:
         self.model = model
         self.loss_fn = loss_fn
         self._settings = settings
-        self._compiled = dict(compiled)
+        self._guards = Guards(self.module, loss_fn, model_device(self.module).type)
+        for planned in compiled.values():
+            self._guards.watch(planned.captured.attribute_reads)
+        state = self._guards.state()
+        self._compiled = {PlanKey(signature, state): planned for signature, planned in compiled.items()}
         self._current = next(iter(self._compiled))
-        self._measured_peak: dict[BatchSignature, int] = {}
+        self._measured_peak: dict[PlanKey, int] = {}
         self._measured_time: float | None = None
 
     @property
@@ -87,15 +100,25 @@ class CompiledStep:
         """Run forward and backward on `batch` following the plan; returns the detached loss.
 
         Gradients are added into each parameter's `.grad` (set when it is None), and buffers that the
-        step updates (BatchNorm running statistics) are written once.
+        step updates (BatchNorm running statistics) are written once. A batch of a new signature, or a change in
+        what the plan's trace depended on (`model.train()`, a module attribute its forward read, autocast:
+        `checkmate.training.guards`), is captured and planned again; a state seen before reuses its plan.
+
+        Raises:
+            ExecutionError: gradients are disabled (`torch.no_grad()`), or a new plan is needed and the step was
+                compiled with `replan=False`.
         """
+        check_grad_mode()
         leaves, spec = pytree.tree_flatten(tuple(batch))
-        signature = batch_signature(leaves, spec)
-        compiled = self._compiled.get(signature) or self._replan(batch, signature)
+        key = PlanKey(batch_signature(leaves, spec), self._guards.state())
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._replan(batch, key)
+            key = self._guard_reads_of(compiled, key)
         self._check_gradients_start_empty(compiled)
-        self._current = signature
+        self._current = key
         measure = self._settings.measure_memory == "every" or (
-            self._settings.measure_memory == "first" and signature not in self._measured_peak
+            self._settings.measure_memory == "first" and key not in self._measured_peak
         )
         return self._run(compiled, leaves, measure)
 
@@ -115,17 +138,35 @@ class CompiledStep:
                 "(set_to_none=True, its default) before each step, or compile with gradient_memory='whole_step'"
             )
 
-    def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
+    def _replan(self, batch: Sequence[Any], signature: PlanKey) -> Compiled:
         planned = self.captured
         if not self._settings.replan:
             raise ExecutionError(
                 f"this step was planned for batch {_describe(planned.batch_shapes)} and got "
-                f"{_describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
+                f"{self._what_changed(signature)}: compile with replan=True, or pass a batch of the planned shape"
             )
-        log.info("new batch signature %s: capturing and planning again", _describe(signature[1]))
+        log.info("%s: capturing and planning again", self._what_changed(signature))
         compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
         self._compiled[signature] = compiled
         return compiled
+
+    def _what_changed(self, key: PlanKey) -> str:
+        """How `key` differs from the plan used last, for the log and errors."""
+        if key.batch != self._current.batch:
+            return f"new batch signature {_describe(key.batch[1], key.batch[2])}"
+        return self._guards.describe_change(self._current.guards, key.guards)
+
+    def _guard_reads_of(self, compiled: Compiled, key: PlanKey) -> PlanKey:
+        """Guard what a new capture read as well; the plans kept so far are keyed with those values as they are now
+        (their traces did not read them). Returns `key` as kept."""
+        if not self._guards.watch(compiled.captured.attribute_reads):
+            return key
+        self._compiled = {PlanKey(k.batch, self._guards.extended(k.guards)): v for k, v in self._compiled.items()}
+        self._measured_peak = {
+            PlanKey(k.batch, self._guards.extended(k.guards)): v for k, v in self._measured_peak.items()
+        }
+        self._current = PlanKey(self._current.batch, self._guards.extended(self._current.guards))
+        return PlanKey(key.batch, self._guards.extended(key.guards))
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
         self._before_step()
@@ -250,5 +291,6 @@ def _write_buffers(buffers: Sequence[torch.Tensor], updates: Sequence[torch.Tens
                 buffer.copy_(update)
 
 
-def _describe(shapes: Sequence[tuple[tuple[int, ...], str]]) -> str:
-    return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in shapes)
+def _describe(shapes: Sequence[tuple[tuple[int, ...], str]], requires_grad: Sequence[bool] = ()) -> str:
+    grad = [" requiring grad" if flag else "" for flag in requires_grad] or [""] * len(shapes)
+    return ", ".join(f"{dtype}{list(shape)}{mark}" for (shape, dtype), mark in zip(shapes, grad, strict=True))
