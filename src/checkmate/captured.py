@@ -37,6 +37,8 @@ from checkmate.graph import Graph
 if TYPE_CHECKING:
     import torch.fx
 
+    from checkmate.torch_capture.loss_output import LossOutput
+
 
 @dataclass(frozen=True)
 class Captured:
@@ -59,10 +61,14 @@ class Captured:
         random_nodes: graph nodes that draw random numbers.
         cost_model: the cost model that priced the nodes ("profile", "flops" or "unit").
         device: the device the costs were measured for, such as "cpu" or "cuda:0".
-        region_outputs: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), its forward outputs:
-            values that leave when the forward ends, held in the fixed memory like the loss.
+        region_outputs: forward outputs other than the loss that leave the step, held in the fixed memory like the
+            loss: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), all its forward outputs;
+            for a captured step, the other tensors loss_fn returns (`loss_output` puts them in place).
         attribute_reads: the module attributes the traced code read, each as (the module's qualified name, or the
             module itself when it is not the model's, attribute name): what `checkmate.training.guards` guards.
+        input_gradients: for each batch tensor, the fx name of its gradient, or None when it requires none (added
+            into its `.grad` as eager's backward does).
+        loss_output: how loss_fn's result is rebuilt from the loss and `region_outputs` (None: the loss itself).
     """
 
     graph: Graph
@@ -81,6 +87,8 @@ class Captured:
     device: str
     region_outputs: tuple[str, ...] = ()
     attribute_reads: tuple[tuple[Any, str], ...] = ()
+    input_gradients: tuple[str | None, ...] = ()
+    loss_output: LossOutput | None = None
 
     @cached_property
     def node_of(self) -> dict[str, int]:

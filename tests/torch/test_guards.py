@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import torch
-from eager_oracle import assert_equal, assert_same_state
+from eager_oracle import assert_equal, assert_same_state, assert_within_plan, measured_call
 from torch import nn
+from torch.utils import _pytree as pytree
 
 import checkmate
 import checkmate.training.compiled
-from checkmate import ExecutionError
+from checkmate import CaptureError, ExecutionError
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
@@ -134,3 +135,107 @@ def test_a_step_under_no_grad_raises_as_eager_backward_would() -> None:
         step(*batch())
     with torch.inference_mode(), pytest.raises(ExecutionError, match="gradients disabled"):
         step(*batch())
+
+
+def plain_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 4))
+
+
+def test_batch_tensors_that_require_grad_get_eager_gradients() -> None:
+    model = plain_model()
+    x, y = batch()
+    x.requires_grad_(True)
+    step = compiled(model, example=(x, y))
+    reference = copy.deepcopy(model)
+    x_reference = x.detach().clone().requires_grad_(True)
+    for seed in (3, 4):  # the second call accumulates into the `.grad` the first left, as eager does
+        torch.manual_seed(seed)
+        step(x, y)
+        torch.manual_seed(seed)
+        mse(reference, x_reference, y).backward()
+        assert x.grad is not None, "the batch tensor's gradient was dropped"
+        assert_equal(x.grad, x_reference.grad, f"call {seed}: x.grad differs")
+        assert_same_state(model, reference, f"call {seed}")
+        assert y.grad is None
+
+
+def test_a_batch_tensor_made_by_autograd_passes_its_gradient_back() -> None:
+    model = plain_model()
+    scale = torch.ones(8, requires_grad=True)
+    scale_reference = scale.detach().clone().requires_grad_(True)
+    x, y = batch()
+    step = compiled(model, example=(x * scale, y))
+    reference = copy.deepcopy(model)
+    torch.manual_seed(3)
+    step(x * scale, y)
+    torch.manual_seed(3)
+    mse(reference, x * scale_reference, y).backward()
+    assert scale.grad is not None
+    assert_equal(scale.grad, scale_reference.grad, "the gradient through the batch tensor differs")
+
+
+def with_logits(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(x)
+    return torch.nn.functional.mse_loss(logits, y), logits
+
+
+def as_list(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[Any]:
+    loss, logits = with_logits(model, x, y)
+    return [loss, {"logits": logits, "mean": logits.mean(), "name": "run"}]
+
+
+def as_dict(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    loss, logits = with_logits(model, x, y)
+    return {"logits": logits, "loss": loss, "nothing": None}
+
+
+def as_model_output(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    loss, logits = with_logits(model, x, y)
+    return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+@pytest.mark.parametrize("loss_fn", [with_logits, as_list, as_dict, as_model_output], ids=lambda f: f.__name__)
+def test_loss_fn_may_return_the_loss_among_other_values(loss_fn: Any) -> None:
+    if loss_fn is as_model_output:
+        pytest.importorskip("transformers.modeling_outputs")  # imported before the trace, as a model's own import does
+    model = plain_model()
+    step = compiled(model, loss_fn)
+    reference = copy.deepcopy(model)
+    for seed in (3, 4):
+        torch.manual_seed(seed)
+        got, measured = measured_call(step, batch())
+        torch.manual_seed(seed)
+        want = loss_fn(reference, *batch())
+        loss = want[0] if isinstance(want, list | tuple) else want["loss"]
+        loss.backward()
+        assert type(got) is type(want)
+        got_leaves, got_spec = pytree.tree_flatten(got)
+        want_leaves, want_spec = pytree.tree_flatten(want)
+        assert got_spec == want_spec
+        for got_leaf, want_leaf in zip(got_leaves, want_leaves, strict=True):
+            if isinstance(want_leaf, torch.Tensor):
+                assert not got_leaf.requires_grad, "the step's outputs are detached"
+                assert_equal(got_leaf, want_leaf.detach(), f"{loss_fn.__name__}: an output differs")
+            else:
+                assert got_leaf == want_leaf
+        assert_same_state(model, reference, loss_fn.__name__)
+        assert_within_plan(step, measured, accumulating=seed == 4)
+
+
+@pytest.mark.parametrize(
+    ("returns", "message"),
+    [
+        (lambda model, x, y: None, "it returned None"),
+        (lambda model, x, y: model(x), r"its loss has shape \(32, 4\)"),
+        (lambda model, x, y: (None, model(x).mean()), "whose loss entry is None"),
+        (lambda model, x, y: {"logits": model(x)}, r"its loss has shape \(32, 4\)"),
+        (lambda model, x, y: (model(x).mean(), object()), "loss_fn returned a object at"),
+    ],
+    ids=["None", "non-scalar", "tuple-without-loss-first", "dict-without-loss", "object-beside-the-loss"],
+)
+def test_a_loss_fn_without_a_loss_is_refused_at_compile(returns: Any, message: str) -> None:
+    with pytest.raises(CaptureError, match=message):
+        compiled(plain_model(), returns)

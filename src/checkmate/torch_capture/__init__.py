@@ -112,6 +112,9 @@ def capture(
         gradients=trace.gradients,
         buffer_updates=trace.buffer_updates,
         attribute_reads=trace.attribute_reads,
+        input_gradients=trace.input_gradients,
+        loss_output=trace.loss_output,
+        region_outputs=trace.outputs,
         random_nodes=layout.random_nodes,
         cost_model=cost_model,
         device=str(model_device(model)),
@@ -155,14 +158,15 @@ def _layout(
     retain_gradients: bool,
     device: torch.device,
 ) -> Layout:
-    leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
+    gradients = (*trace.gradients, *trace.input_gradients)
+    leaving = (trace.loss, *gradients, *trace.buffer_updates, *trace.outputs)
     return build_layout(
         trace.module,
         groups,
         group_costs(groups, per_op.costs),
         loss=trace.loss,
         fixed_outputs=frozenset(name for name in leaving if name is not None),
-        gradients=frozenset(name for name in trace.gradients if name is not None),
+        gradients=frozenset(name for name in gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
         scratch=per_op.scratch_bytes,
         retain_gradients=retain_gradients,

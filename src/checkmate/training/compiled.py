@@ -6,9 +6,10 @@
 
 Each call feeds the model's current parameters and buffers (an optimizer's updates are seen), runs the schedule
 as its generated step function (`checkmate.execute.program`), accumulates gradients into `.grad` as eager autograd
-does, writes buffer updates (BatchNorm running statistics) once, and returns the detached loss. Plans are kept per
-batch shape and dtype; a new shape is captured and planned again (`checkmate.training.planning`), or refused with
-`replan=False`.
+does (also of batch tensors that require a gradient), writes buffer updates (BatchNorm running statistics) once, and
+returns what loss_fn returns, detached. Plans are kept per batch signature and guard state
+(`checkmate.training.guards`); a new one is captured and planned again (`checkmate.training.planning`), or refused
+with `replan=False`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError
-from checkmate.execute.gradients import GradientAccumulator, StepGradients
+from checkmate.execute.gradients import GradientAccumulator, StepGradients, WithBatchGradients
 from checkmate.execute.memory import measure_peak, step_baseline, synchronize
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
@@ -96,13 +97,15 @@ class CompiledStep:
         """The captured step of the batch shape used last."""
         return self._compiled[self._current].captured
 
-    def __call__(self, *batch: Any) -> torch.Tensor:
-        """Run forward and backward on `batch` following the plan; returns the detached loss.
+    def __call__(self, *batch: Any) -> Any:
+        """Run forward and backward on `batch` following the plan; returns what loss_fn returns, detached: the loss,
+        or the tuple, list, dict or ModelOutput holding it and the other values loss_fn returned.
 
-        Gradients are added into each parameter's `.grad` (set when it is None), and buffers that the
-        step updates (BatchNorm running statistics) are written once. A batch of a new signature, or a change in
-        what the plan's trace depended on (`model.train()`, a module attribute its forward read, autocast:
-        `checkmate.training.guards`), is captured and planned again; a state seen before reuses its plan.
+        Gradients are added into each parameter's `.grad` (set when it is None), and into the `.grad` of each batch
+        tensor that requires one, and buffers that the step updates (BatchNorm running statistics) are written once.
+        A batch of a new signature, or a change in what the plan's trace depended on (`model.train()`, a module
+        attribute its forward read, autocast: `checkmate.training.guards`), is captured and planned again; a state
+        seen before reuses its plan.
 
         Raises:
             ExecutionError: gradients are disabled (`torch.no_grad()`), or a new plan is needed and the step was
@@ -168,13 +171,15 @@ class CompiledStep:
         self._current = PlanKey(self._current.batch, self._guards.extended(self._current.guards))
         return PlanKey(key.batch, self._guards.extended(key.guards))
 
-    def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
+    def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> Any:
         self._before_step()
         parameters = self._parameters(compiled)
         buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
         gradients = self._gradient_sink(compiled, parameters)
+        if any(compiled.captured.input_gradients):
+            gradients = WithBatchGradients(gradients, len(parameters), leaves)
         timed = not measure or device.type == "cuda"
         synchronize(device)
         started = time.perf_counter()
@@ -193,7 +198,8 @@ class CompiledStep:
         synchronize(device)
         if timed:
             self._measured_time = time.perf_counter() - started
-        return outputs.loss
+        loss_output = compiled.captured.loss_output
+        return outputs.loss if loss_output is None else loss_output.rebuild(outputs.loss, outputs.outputs)
 
     def _before_step(self) -> None:
         """Called at the start of each call, before the inputs are read (a data-parallel step syncs buffers)."""
