@@ -239,3 +239,17 @@ def test_loss_fn_may_return_the_loss_among_other_values(loss_fn: Any) -> None:
 def test_a_loss_fn_without_a_loss_is_refused_at_compile(returns: Any, message: str) -> None:
     with pytest.raises(CaptureError, match=message):
         compiled(plain_model(), returns)
+
+
+def test_a_criterion_loss_fn_holds_is_guarded_too() -> None:
+    criterion = nn.HuberLoss(delta=1.0)
+
+    def huber(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return criterion(model(x), y)
+
+    model = plain_model()
+    step = compiled(model, huber)
+    reference = copy.deepcopy(model)
+    compare_steps(step, reference, batch(), seed=3, context="delta 1.0")
+    criterion.delta = 0.05
+    compare_steps(step, reference, batch(), seed=4, context="delta 0.05")

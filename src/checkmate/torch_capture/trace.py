@@ -155,7 +155,7 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
         loss=loss,
         gradients=tuple(gradient_of.get(name) for name in signature.parameters),
         buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
-        attribute_reads=attribute_reads(reads, fake_model, frozenset({id(step)})),
+        attribute_reads=attribute_reads(reads, fake_model, loss_fn),
         input_gradients=tuple(input_gradient_of.get(name) for name in signature.user_inputs),
         outputs=tuple(outputs),
         loss_output=step.loss_output,

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from checkmate.errors import ExecutionError
-from checkmate.torch_capture.attribute_reads import AttributeRead
+from checkmate.torch_capture.attribute_reads import MISSING, AttributeRead, loss_fn_values
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,10 @@ _PLAIN = frozenset(
 )
 
 
-class _Missing:
-    """An attribute that the trace looked for and did not find."""
+_MISSING = MISSING
 
-    def __repr__(self) -> str:
-        return "missing"
-
-
-_MISSING = _Missing()
+# nn.Module's class attributes (its methods, `_compiled_call_impl`, ...): what every module call reads.
+_MODULE_CLASS = frozenset(vars(nn.Module))
 
 
 class _Identity:
@@ -120,11 +116,25 @@ class GuardState:
     default_dtype: torch.dtype
 
 
+class _Computed:
+    """A guarded value that is not an instance attribute, read as `source.get(name, default)` reads one."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, read: Callable[[], Any]) -> None:
+        self.read = read
+
+    def get(self, _name: str, _default: Any) -> Any:
+        return self.read()
+
+
 @dataclass(frozen=True)
 class _Read:
-    """One guarded value: how to read it now, and its name for messages."""
+    """One guarded value: read as `source.get(name, _MISSING)`, where `source` is the module's instance `__dict__`
+    (the common case, and a dict lookup in C) or a `_Computed`; `label` names it in messages."""
 
-    read: Callable[[], Any]
+    source: dict[str, Any] | _Computed
+    name: str
     label: str
 
 
@@ -143,8 +153,10 @@ class Guards:
         self._modules = tuple(module for _, module in self._named_modules)
         self._device_type = device_type
         self._reads: list[_Read] = []
+        self._sources: list[tuple[dict[str, Any] | _Computed, str]] = []
         self._watched: set[tuple[int, str]] = set()
         self._reads.extend(_loss_fn_reads(loss_fn))
+        self._sources = [(read.source, read.name) for read in self._reads]
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -163,13 +175,18 @@ class Guards:
             if read is not None:
                 self._reads.append(read)
                 added = True
+        if added:
+            self._sources = [(read.source, read.name) for read in self._reads]
         return added
 
     def state(self) -> GuardState:
-        """The guarded values now."""
+        """The guarded values now: a dict lookup per value, and `guarded_value` only where one is not plain."""
+        values = [source.get(name, _MISSING) for source, name in self._sources]
+        if not _PLAIN.issuperset(map(type, values)):
+            values = [guarded_value(value) for value in values]
         return GuardState(
             training=tuple([module.training for module in self._modules]),
-            attributes=tuple([guarded_value(read.read()) for read in self._reads]),
+            attributes=tuple(values),
             autocast=(
                 torch.is_autocast_enabled(self._device_type),
                 torch.get_autocast_dtype(self._device_type),
@@ -183,7 +200,7 @@ class Guards:
         extra = self._reads[len(state.attributes) :]
         return GuardState(
             training=state.training,
-            attributes=(*state.attributes, *(guarded_value(read.read()) for read in extra)),
+            attributes=(*state.attributes, *(guarded_value(read.source.get(read.name, _MISSING)) for read in extra)),
             autocast=state.autocast,
             default_dtype=state.default_dtype,
         )
@@ -232,45 +249,23 @@ def _module_label(owner: str | nn.Module, name: str) -> str:
 
 
 def _attribute_read(module: nn.Module, name: str, label: str) -> _Read | None:
-    """How to read a module attribute the trace read, or None when it is code (a method, a property) or state the
-    step reads as a tensor."""
-    if name not in vars(module):
-        static = inspect.getattr_static(type(module), name, _MISSING)
-        if static is not _MISSING and not _is_plain(static):
-            return None  # a method, property or other descriptor of the class: code, run anew by each trace
-    return _Read(lambda: getattr(module, name, _MISSING), label)
+    """How to read a module attribute the trace read, or None when it is code (a method, a property) or nn.Module's
+    own machinery."""
+    if name in vars(module):
+        return _Read(vars(module), name, label)
+    if name in _MODULE_CLASS:
+        return None  # nn.Module's own class attributes, such as `_compiled_call_impl`
+    static = inspect.getattr_static(type(module), name, _MISSING)
+    if static is not _MISSING and not _is_plain(static):
+        return None  # a method, property or other descriptor of the class: code, run anew by each trace
+    return _Read(_Computed(functools.partial(getattr, module, name, _MISSING)), name, label)
 
 
 def _loss_fn_reads(loss_fn: Callable[..., Any]) -> list[_Read]:
     """Reads of the plain values `loss_fn` names: closure cells, defaults and the module globals in its code."""
-    function = inspect.unwrap(loss_fn)
-    reads: list[_Read] = []
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return reads
-    for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or (), strict=False):
-        if _cell_is_plain(cell):
-            reads.append(_Read(functools.partial(_cell_contents, cell), f"loss_fn's closure variable `{name}`"))
-    if function.__defaults__:
-        reads.append(_Read(lambda: function.__defaults__, "loss_fn's default arguments"))
-    if function.__kwdefaults__:
-        reads.append(_Read(lambda: function.__kwdefaults__, "loss_fn's keyword defaults"))
-    namespace = function.__globals__
-    for name in code.co_names:
-        if name in namespace and _is_plain(namespace[name]):
-            reads.append(_Read(functools.partial(namespace.get, name, _MISSING), f"loss_fn's global `{name}`"))
-    return reads
-
-
-def _cell_contents(cell: Any) -> Any:
-    try:
-        return cell.cell_contents
-    except ValueError:  # an empty cell
-        return _MISSING
-
-
-def _cell_is_plain(cell: Any) -> bool:
-    return _is_plain(_cell_contents(cell))
+    return [
+        _Read(_Computed(read), label, label) for label, read in loss_fn_values(loss_fn, depth=1) if _is_plain(read())
+    ]
 
 
 def _shown(value: Hashable) -> str:
