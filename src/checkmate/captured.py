@@ -13,13 +13,13 @@ Contract (capture produces it, the executor relies on it):
   (storage counted once, views free). A value of node i that is not exported dies after its last reader
   among node i's members; graph.nodes[i].workspace is how far such values raise node i's live bytes above
   its memory while it runs.
-* `loss`, `gradients` and `buffer_updates` name fx values that leave the step. They are taken when
-  their graph node is computed for the first time (stage i of node i). The loss, parameter gradients and
-  buffer updates are counted in graph.fixed_memory, never as node memory. A gradient is also in its node's
+* `loss`, `gradients`, `input_gradients`, `buffer_updates` and `region_outputs` name fx values that leave the
+  step. They are taken when their graph node is computed for the first time (stage i of node i). They are counted
+  in graph.fixed_memory, never as node memory. A gradient is also in its node's
   workspace (a step that accumulates holds it beside the existing `.grad` until added); captured with
   `gradient_memory="when_made"`, gradients are instead retained by the node that makes them
   (graph.nodes[i].retained, from its first run to the end of the step). When a node is
-  recomputed, exported buffer updates and loss are replaced by the first run's tensors, so that its live
+  recomputed, exported buffer updates, outputs and loss are replaced by the first run's tensors, so that its live
   copy holds nothing the fixed memory does not already count.
 * `random_nodes` are the graph nodes whose members draw random numbers: a recomputation must replay
   the random stream of the first computation, so each retains the generator state saved for it.
