@@ -13,13 +13,13 @@ Contract (capture produces it, the executor relies on it):
   (storage counted once, views free). A value of node i that is not exported dies after its last reader
   among node i's members; graph.nodes[i].workspace is how far such values raise node i's live bytes above
   its memory while it runs.
-* `loss`, `gradients` and `buffer_updates` name fx values that leave the step. They are taken when
-  their graph node is computed for the first time (stage i of node i). The loss, parameter gradients and
-  buffer updates are counted in graph.fixed_memory, never as node memory. A gradient is also in its node's
+* `loss`, `gradients`, `input_gradients`, `buffer_updates` and `region_outputs` name fx values that leave the
+  step. They are taken when their graph node is computed for the first time (stage i of node i). They are counted
+  in graph.fixed_memory, never as node memory. A gradient is also in its node's
   workspace (a step that accumulates holds it beside the existing `.grad` until added); captured with
   `gradient_memory="when_made"`, gradients are instead retained by the node that makes them
   (graph.nodes[i].retained, from its first run to the end of the step). When a node is
-  recomputed, exported buffer updates and loss are replaced by the first run's tensors, so that its live
+  recomputed, exported buffer updates, outputs and loss are replaced by the first run's tensors, so that its live
   copy holds nothing the fixed memory does not already count.
 * `random_nodes` are the graph nodes whose members draw random numbers: a recomputation must replay
   the random stream of the first computation, so each retains the generator state saved for it.
@@ -36,6 +36,8 @@ from checkmate.graph import Graph
 
 if TYPE_CHECKING:
     import torch.fx
+
+    from checkmate.torch_capture.loss_output import LossOutput
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,14 @@ class Captured:
         random_nodes: graph nodes that draw random numbers.
         cost_model: the cost model that priced the nodes ("profile", "flops" or "unit").
         device: the device the costs were measured for, such as "cpu" or "cuda:0".
-        region_outputs: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), its forward outputs:
-            values that leave when the forward ends, held in the fixed memory like the loss.
+        region_outputs: forward outputs other than the loss that leave the step, held in the fixed memory like the
+            loss: for a region compiled by `torch.compile` (`checkmate.inductor.backend`), all its forward outputs;
+            for a captured step, the other tensors loss_fn returns (`loss_output` puts them in place).
+        attribute_reads: the module attributes the traced code read, each as (the module's qualified name, or the
+            module itself when it is not the model's, attribute name): what `checkmate.training.guards` guards.
+        input_gradients: for each batch tensor, the fx name of its gradient, or None when it requires none (added
+            into its `.grad` as eager's backward does).
+        loss_output: how loss_fn's result is rebuilt from the loss and `region_outputs` (None: the loss itself).
     """
 
     graph: Graph
@@ -78,6 +86,9 @@ class Captured:
     cost_model: str
     device: str
     region_outputs: tuple[str, ...] = ()
+    attribute_reads: tuple[tuple[Any, str], ...] = ()
+    input_gradients: tuple[str | None, ...] = ()
+    loss_output: LossOutput | None = None
 
     @cached_property
     def node_of(self) -> dict[str, int]:

@@ -56,7 +56,7 @@ def _run(nodes: tuple[NodeProgram, ...], steps: list[Step], inputs: tuple[Any, .
     placeholders = tuple(f"input_{number}" for number in range(len(inputs)))
     function = step_function(StepSource(nodes, placeholders, {}, buffer_count, tuple(steps)))
     gradients: list[tuple[int, Any]] = []
-    loss, updates = function(inputs, lambda index, gradient: gradients.append((index, gradient)))
+    loss, updates, _ = function(inputs, lambda index, gradient: gradients.append((index, gradient)))
     return loss, updates, gradients
 
 

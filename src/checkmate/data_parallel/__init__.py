@@ -122,9 +122,9 @@ class DataParallelStep(CompiledStep):
         *,
         reduction: Reduction,
     ) -> None:
-        super().__init__(ddp, loss_fn, settings, compiled)
         self.ddp = ddp
         self.reduction = reduction
+        super().__init__(ddp, loss_fn, settings, compiled)
 
     @property
     def module(self) -> nn.Module:

@@ -32,10 +32,10 @@ where the schedule drops it, and nothing else refers to it.
   computes a node again while a copy is still held, the held copy's values move to a tuple (`held_3_0`) first, so
   both stay alive; a `Free` then deletes the oldest tuple, and the locals themselves (the newest copy, the one
   consumers read) only when no other copy is left.
-* The loss (detached), the gradients (handed to `on_gradient(parameter_index, tensor)`) and the buffer updates are
-  taken right after they are made, on the node's first computation only (stage == node), so a recomputation cannot
-  count twice. A recomputation that exports the loss or a buffer update swaps the first run's tensor in: the plan
-  counts that tensor once, in the fixed memory, and the recomputed one dies with the node.
+* The loss and the step's other outputs (detached), the gradients (handed to `on_gradient(index, tensor)`) and the
+  buffer updates are taken right after they are made, on the node's first computation only (stage == node), so a
+  recomputation cannot count twice. A recomputation that exports one of them swaps the first run's tensor in: the
+  plan counts that tensor once, in the fixed memory, and the recomputed one dies with the node.
 * A random node that the schedule computes again saves the CPU (and CUDA) generator state before its first
   computation (the plan counts that state as retained by every random node) and replays it inside
   `torch.random.fork_rng` when recomputed: the recomputed masks equal the first ones and the global stream advances
@@ -63,7 +63,10 @@ from checkmate.errors import ExecutionError
 from checkmate.simulate import Compute, Step
 
 GradientSink = Callable[[int, torch.Tensor], None]
-StepFunction = Callable[[Sequence[Any], GradientSink], tuple[torch.Tensor, tuple[torch.Tensor | None, ...]]]
+StepFunction = Callable[
+    [Sequence[Any], GradientSink],
+    tuple[torch.Tensor, tuple[torch.Tensor | None, ...], tuple[torch.Tensor, ...]],
+]
 Conform = Callable[[Any, tuple[int, ...], str], Any]
 RandomState = tuple[torch.Tensor, list[torch.Tensor]]
 
@@ -108,8 +111,9 @@ class NodeProgram:
         operations: its member fx nodes in order.
         exports: the members that outlive the node (one live copy of them per computation).
         loss: the loss's fx name when this node makes it, else None.
-        gradients: (parameter index, fx name) of the gradients this node makes.
+        gradients: (gradient index, fx name) of the gradients this node makes.
         buffer_updates: (buffer index, fx name) of the new buffer values this node makes.
+        outputs: (output index, fx name) of the step's other outputs this node makes.
         random: whether the node draws from the random generator (replayed when recomputed).
     """
 
@@ -119,6 +123,7 @@ class NodeProgram:
     loss: str | None = None
     gradients: tuple[tuple[int, str], ...] = ()
     buffer_updates: tuple[tuple[int, str], ...] = ()
+    outputs: tuple[tuple[int, str], ...] = ()
     random: bool = False
 
 
@@ -177,6 +182,7 @@ class StepSource:
         steps: the schedule's Compute and Free steps, runs of them possibly replaced by SegmentCalls, and Calls
             placed among them.
         conform: restores a value's traced layout (None: values are used as the kernels lay them out).
+        output_count: how many other outputs the step returns beside the loss (the length of the returned outputs).
     """
 
     nodes: tuple[NodeProgram, ...]
@@ -185,6 +191,7 @@ class StepSource:
     buffer_count: int
     steps: tuple[Step | SegmentCall | Call, ...]
     conform: Conform | None = None
+    output_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +210,11 @@ class _Failure:
 
 
 def step_function(source: StepSource) -> StepFunction:
-    """Compile the schedule into `step(inputs, on_gradient) -> (loss, buffer_updates)`.
+    """Compile the schedule into `step(inputs, on_gradient) -> (loss, buffer_updates, outputs)`.
 
     `inputs` are the live values of the placeholders, in order; `buffer_updates` has one entry per buffer, None
-    where the step leaves it unchanged. The caller runs it under `torch.no_grad()`.
+    where the step leaves it unchanged; `outputs` are the step's other outputs, detached. The caller runs it under
+    `torch.no_grad()`.
 
     Raises:
         ExecutionError: the schedule frees a node that holds no live copy, or never computes the loss.
@@ -349,19 +357,24 @@ class _StepWriter:
             raise ExecutionError("the schedule never computed the loss node")
         source = self.source
         updates = [f"update_{buffer}" for buffer in range(source.buffer_count)]
+        outputs = [f"output_{output}" for output in range(source.output_count)]
         head = ["def step(inputs, on_gradient):"]
         if source.placeholders:
             head.append("    " + "".join(f"{self.variables.of(name)}, " for name in source.placeholders) + "= inputs")
         if self.replayed & {index for index, node in enumerate(source.nodes) if node.random}:
             head.append("    cuda_devices = cuda_devices_of(inputs)")
-        head += ["    loss = None", *(f"    {update} = None" for update in updates), "    try:"]
+        head += ["    loss = None", *(f"    {value} = None" for value in updates + outputs), "    try:"]
         tail = [
             "    except Exception as error:",
             "        failure = failures.get(error.__traceback__.tb_lineno)",
             "        if failure is None:",
             "            raise",
             "        raise failure.error(error) from error",
-            "    return loss, (" + "".join(f"{update}, " for update in updates) + ")",
+            "    return loss, ("
+            + "".join(f"{update}, " for update in updates)
+            + "), ("
+            + "".join(f"{output}, " for output in outputs)
+            + ")",
         ]
         offset = len(head)
         namespace = {
@@ -397,6 +410,7 @@ class _StepWriter:
             lines.append(f"loss = {value}.detach()")
         lines += [f"on_gradient({parameter}, {value})" for parameter, gradient in node.gradients if gradient == name]
         lines += [f"update_{buffer} = {value}" for buffer, update in node.buffer_updates if update == name]
+        lines += [f"output_{output} = {value}.detach()" for output, made in node.outputs if made == name]
         for line in lines:
             self._emit(indent + line, failure)
 
@@ -407,6 +421,9 @@ class _StepWriter:
         for buffer, update in node.buffer_updates:
             if update in node.exports:
                 self._emit(f"{_BODY}{self.variables.of(update)} = update_{buffer}")
+        for output, made in node.outputs:
+            if made in node.exports:
+                self._emit(f"{_BODY}{self.variables.of(made)} = output_{output}")
         if node.loss is not None and node.loss in node.exports:
             self._emit(f"{_BODY}{self.variables.of(node.loss)} = loss")
 

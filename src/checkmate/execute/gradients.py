@@ -3,7 +3,7 @@
 A schedule's step function (`checkmate.execute.program`) calls a sink as `sink(parameter_index, gradient)` the
 moment the schedule computes that gradient, and the compiled step calls `sink.finish()` once the schedule has run.
 `GradientAccumulator` is the sink of a single-process step; `checkmate.data_parallel` wraps it to all-reduce the
-gradients across ranks as DDP does.
+gradients across ranks as DDP does. `WithBatchGradients` adds the gradients of batch tensors that require one.
 """
 
 from __future__ import annotations
@@ -51,6 +51,35 @@ class GradientAccumulator:
         for parameter in self.taken:
             assert parameter.grad is not None
             parameter.grad = _in_layout_of(parameter, parameter.grad)
+
+
+class WithBatchGradients:
+    """A step's sink for its parameters' gradients (`parameters`, indices below `count`) and then its batch tensors'
+    (index `count + i` for batch tensor i), as eager's `loss.backward()` treats each: a leaf tensor's gradient is
+    added into its `.grad` as AccumulateGrad adds it; a tensor made by autograd from others (a non-leaf) passes its
+    gradient back through the graph that made it when the step ends (`torch.autograd.backward`)."""
+
+    def __init__(self, parameters: StepGradients, count: int, batch: Sequence[torch.Tensor]) -> None:
+        self.parameters = parameters
+        self.count = count
+        self.batch = batch
+        self.leaves = GradientAccumulator(batch)
+        self.carried: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, index: int, gradient: torch.Tensor) -> None:
+        if index < self.count:
+            self.parameters(index, gradient)
+        elif self.batch[index - self.count].is_leaf:
+            self.leaves(index - self.count, gradient)
+        else:
+            self.carried.append((self.batch[index - self.count], gradient))
+
+    def finish(self) -> None:
+        self.parameters.finish()
+        self.leaves.finish()
+        if self.carried:
+            tensors, gradients = zip(*self.carried, strict=True)
+            torch.autograd.backward(list(tensors), list(gradients))
 
 
 def _in_layout_of(parameter: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:

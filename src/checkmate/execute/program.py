@@ -58,6 +58,7 @@ class Program:
     constants: dict[str, Any]
     nodes: tuple[NodeProgram, ...]
     buffer_count: int
+    output_count: int = 0
     fuse: Callable[[Schedule], tuple[Step | SegmentCall | Call, ...]] | None = field(default=None, compare=False)
     step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
         default_factory=dict, repr=False, compare=False
@@ -73,7 +74,15 @@ class Program:
         if cached is not None and cached[0]() is schedule:
             return cached[1]
         steps = schedule.steps if self.fuse is None else self.fuse(schedule)
-        source = StepSource(self.nodes, self.placeholders, self.constants, self.buffer_count, steps, _conform_layout)
+        source = StepSource(
+            self.nodes,
+            self.placeholders,
+            self.constants,
+            self.buffer_count,
+            steps,
+            _conform_layout,
+            output_count=self.output_count,
+        )
         function = step_function(source)
         for key in [key for key, (reference, _) in self.step_functions.items() if reference() is None]:
             del self.step_functions[key]
@@ -83,10 +92,12 @@ class Program:
 
 @dataclass(frozen=True)
 class StepOutputs:
-    """What one run leaves: the detached loss and the new buffer values (None where a buffer is unchanged)."""
+    """What one run leaves: the detached loss, the new buffer values (None where a buffer is unchanged) and the step's
+    other outputs (`Captured.region_outputs`), detached."""
 
     loss: torch.Tensor
     buffer_updates: tuple[torch.Tensor | None, ...]
+    outputs: tuple[torch.Tensor, ...] = ()
 
 
 def prepare(captured: Captured) -> Program:
@@ -109,7 +120,7 @@ def prepare(captured: Captured) -> Program:
         _node_program(captured, index, fx_nodes, owner, frozenset(placeholders) | constants.keys())
         for index in range(captured.graph.size)
     )
-    return Program(placeholders, constants, nodes, len(captured.buffer_names))
+    return Program(placeholders, constants, nodes, len(captured.buffer_names), len(captured.region_outputs))
 
 
 def fetch_attribute(module: torch.nn.Module, target: str) -> Any:
@@ -120,6 +131,8 @@ def fetch_attribute(module: torch.nn.Module, target: str) -> Any:
 def _check_outputs_owned(captured: Captured, owner: dict[str, int]) -> None:
     leaving = [("loss", captured.loss)]
     leaving += [(f"gradient of {p}", g) for p, g in zip(captured.parameter_names, captured.gradients, strict=True) if g]
+    leaving += [(f"gradient of batch tensor {b}", g) for b, g in enumerate(captured.input_gradients) if g]
+    leaving += [(f"output {o} of loss_fn", name) for o, name in enumerate(captured.region_outputs)]
     leaving += [
         (f"update of buffer {b}", u) for b, u in zip(captured.buffer_names, captured.buffer_updates, strict=True) if u
     ]
@@ -136,7 +149,9 @@ def _node_program(
     readable = set(always)
     for source in captured.graph.nodes[index].inputs:
         readable.update(captured.exports[source])
-    gradients = tuple((p, g) for p, g in enumerate(captured.gradients) if g is not None and owner.get(g) == index)
+    made = (*captured.gradients, *captured.input_gradients)
+    gradients = tuple((p, g) for p, g in enumerate(made) if g is not None and owner.get(g) == index)
+    outputs = tuple((o, name) for o, name in enumerate(captured.region_outputs) if owner.get(name) == index)
     updates = tuple((b, u) for b, u in enumerate(captured.buffer_updates) if u is not None and owner.get(u) == index)
     keep = set(captured.exports[index])
     computed = [name for name in members if fx_nodes[name].op == "call_function"]
@@ -166,6 +181,7 @@ def _node_program(
         loss=loss,
         gradients=gradients,
         buffer_updates=updates,
+        outputs=outputs,
         random=index in captured.random_nodes,
     )
 
@@ -211,10 +227,11 @@ def run_schedule(
         program: the step, from `prepare(captured)`.
         schedule: `lower(captured.graph, plan.R, plan.S)`.
         inputs: live tensors in placeholder order: parameters (detached), buffers, flattened batch.
-        on_gradient: called as on_gradient(parameter_index, gradient) as soon as a gradient is computed.
+        on_gradient: called as on_gradient(index, gradient) as soon as a gradient is computed: the index of a
+            parameter, or the parameter count plus the index of a batch tensor (`Captured.input_gradients`).
 
     Returns:
-        The detached loss and the buffers' new values.
+        The detached loss, the buffers' new values and the step's other outputs.
 
     Raises:
         ExecutionError: an operation failed (the message names the graph node, the stage and the fx node), or the
@@ -224,5 +241,5 @@ def run_schedule(
         raise ExecutionError(f"the step takes {len(program.placeholders)} inputs, got {len(inputs)}")
     function = program.step_function(schedule)
     with torch.no_grad():
-        loss, buffer_updates = function(inputs, on_gradient)
-    return StepOutputs(loss, buffer_updates)
+        loss, buffer_updates, outputs = function(inputs, on_gradient)
+    return StepOutputs(loss, buffer_updates, outputs)

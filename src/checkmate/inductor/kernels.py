@@ -85,6 +85,7 @@ def leaving_values(captured: Captured) -> frozenset[str]:
         {
             captured.loss,
             *filter(None, captured.gradients),
+            *filter(None, captured.input_gradients),
             *filter(None, captured.buffer_updates),
             *captured.region_outputs,
         }

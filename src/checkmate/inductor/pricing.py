@@ -26,7 +26,7 @@ def priced_graph(
 ) -> Graph:
     """`captured.graph` with each node's memory, workspaces and (optionally) cost from its measure."""
     held = {captured.loss, *filter(None, captured.buffer_updates), *captured.region_outputs}
-    fixed = held | set(filter(None, captured.gradients))
+    fixed = held | set(filter(None, (*captured.gradients, *captured.input_gradients)))
     nodes = tuple(
         _priced(node, kernel, measure, set(exports), fixed, held, reprice_costs)
         for node, kernel, measure, exports in zip(

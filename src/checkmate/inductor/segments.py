@@ -121,7 +121,7 @@ def fused_steps(
 
 
 def _joinable(captured: Captured, kernels: Sequence[NodeKernel]) -> Callable[[Compute], bool]:
-    leaving = {captured.loss, *filter(None, captured.buffer_updates)}
+    leaving = {captured.loss, *filter(None, captured.buffer_updates), *captured.region_outputs}
     makes_leaving = {index for index, members in enumerate(captured.members) if leaving.intersection(members)}
 
     def joinable(step: Compute) -> bool:

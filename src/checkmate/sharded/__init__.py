@@ -68,7 +68,7 @@ from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall,
 from checkmate.sharded.units import Unit, check_root, check_supported, initialize, units_of
 from checkmate.simulate import Schedule, Step, lower
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.compiled import CompiledStep
+from checkmate.training.compiled import CompiledStep, PlanKey
 from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
 from checkmate.training.ranks import on_every_rank
 from checkmate.training.step_report import StepReport
@@ -151,7 +151,7 @@ class ShardedStep(CompiledStep):
         program.step_function(planned.schedule)  # generated now, not inside a metered step
         return dataclasses.replace(planned, program=program)
 
-    def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
+    def _replan(self, batch: Sequence[Any], signature: PlanKey) -> Compiled:
         if not self._settings.replan:
             return super()._replan(batch, signature)
         log.info("a new batch signature: capturing and planning again on every rank")

@@ -164,6 +164,10 @@ def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.devic
         loss=trace.loss,
         gradients=trace.gradients,
         buffer_updates=trace.buffer_updates,
+        attribute_reads=trace.attribute_reads,
+        input_gradients=trace.input_gradients,
+        loss_output=trace.loss_output,
+        region_outputs=trace.outputs,
         random_nodes=layout.random_nodes,
         cost_model=cost_model,
         device=str(device),
@@ -208,14 +212,15 @@ def _layout(
     retain_gradients: bool,
     device: torch.device,
 ) -> Layout:
-    leaving = (trace.loss, *trace.gradients, *trace.buffer_updates)
+    gradients = (*trace.gradients, *trace.input_gradients)
+    leaving = (trace.loss, *gradients, *trace.buffer_updates, *trace.outputs)
     return build_layout(
         trace.module,
         groups,
         costs,
         loss=trace.loss,
         fixed_outputs=frozenset(name for name in leaving if name is not None),
-        gradients=frozenset(name for name in trace.gradients if name is not None),
+        gradients=frozenset(name for name in gradients if name is not None),
         extra_fixed_memory=optimizer_state_bytes,
         scratch=scratch,
         retain_gradients=retain_gradients,

@@ -14,7 +14,7 @@ forward and backward on the fake model and traced as constants.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -49,9 +49,10 @@ def distinct_state(model: nn.Module) -> ModelState:
 
 
 def parameters_without_gradient(
-    loss_of: Callable[[], torch.Tensor], parameters: dict[str, nn.Parameter]
+    loss_of: Callable[[], torch.Tensor], parameters: Mapping[str, torch.Tensor]
 ) -> frozenset[str]:
-    """Names of the trainable parameters that the loss `loss_of()` does not depend on (no gradient in eager).
+    """Names of the trainable parameters that the loss `loss_of()` does not depend on (no gradient in eager); other
+    tensors that require a gradient (batch tensors) may be among `parameters`.
 
     `loss_of` runs the forward on fake tensors, so this costs one traced forward and backward, no real memory.
     """

@@ -19,17 +19,18 @@ def structure_difference(like: Captured, trace: Trace) -> str | None:
 
     Same structure: the joint fx graphs have the same nodes in the same order, each with the same name, kind (`op`),
     target (the ATen op) and input nodes in the same order; and the step has the same parameters, buffers, batch
-    layout (pytree spec and number of tensors), loss, gradients and buffer updates. Everything else may differ:
-    arguments that are not nodes (sizes, dims, Python scalars) and the tensors' shapes, strides and values. Then the
-    trace groups into `like`'s planning nodes (grouping reads only ops and edges) and `like`'s plan is a schedule of it.
+    layout (pytree spec and number of tensors), loss, gradients (of parameters and batch tensors), buffer updates
+    and other outputs of loss_fn. Everything else may differ: arguments that are not nodes (sizes, dims, Python
+    scalars) and the tensors' shapes, strides and values. Then the trace groups into `like`'s planning nodes (grouping
+    reads only ops and edges) and `like`'s plan is a schedule of it.
     """
     if (like.parameter_names, like.buffer_names) != (trace.parameter_names, trace.buffer_names):
         return "the parameters or buffers differ"
     if like.batch_spec != trace.batch_spec:
         return f"the batch's structure differs ({trace.batch_spec} against {like.batch_spec})"
-    outputs = (like.loss, like.gradients, like.buffer_updates)
-    if outputs != (trace.loss, trace.gradients, trace.buffer_updates):
-        return "the loss, gradients or buffer updates are other values"
+    outputs = (like.loss, like.gradients, like.input_gradients, like.buffer_updates, like.region_outputs)
+    if outputs != (trace.loss, trace.gradients, trace.input_gradients, trace.buffer_updates, trace.outputs):
+        return "the loss, gradients, buffer updates or other outputs are other values"
     planned, traced = list(like.module.graph.nodes), list(trace.module.graph.nodes)
     if len(planned) != len(traced):
         return f"{len(traced)} fx nodes against {len(planned)}"

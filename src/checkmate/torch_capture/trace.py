@@ -20,16 +20,19 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate.errors import CaptureError
+from checkmate.torch_capture.attribute_reads import AttributeRead, attribute_reads, recording_reads
+from checkmate.torch_capture.loss_output import LossOutput, split_loss_output
 from checkmate.torch_capture.model_state import ModelState, distinct_state, parameters_without_gradient
 from checkmate.torch_capture.trace_errors import explain_trace_error, raised_in_checkmate
 from checkmate.torch_capture.tracing_context import tracing_ahead_of_time
 
 log = logging.getLogger(__name__)
 
-LossFunction = Callable[..., torch.Tensor]
+LossFunction = Callable[..., Any]
 
 _PARAMETER = "parameter_"
 _BUFFER = "buffer_"
+_BATCH = "batch tensor "
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ class Trace:
         loss: fx name of the scalar loss.
         gradients: for each parameter, the fx name of its gradient (None when it gets none).
         buffer_updates: for each buffer, the fx name of its new value (None when unchanged).
+        attribute_reads: the module attributes the traced code read (`checkmate.torch_capture.attribute_reads`).
+        input_gradients: for each batch leaf, the fx name of its gradient (None when it requires none).
+        outputs: fx names of the other tensors loss_fn returned beside the loss, detached.
+        loss_output: how loss_fn's result is rebuilt from the loss and `outputs`.
     """
 
     module: torch.fx.GraphModule
@@ -55,10 +62,15 @@ class Trace:
     loss: str
     gradients: tuple[str | None, ...]
     buffer_updates: tuple[str | None, ...]
+    attribute_reads: tuple[AttributeRead, ...]
+    input_gradients: tuple[str | None, ...]
+    outputs: tuple[str, ...]
+    loss_output: LossOutput
 
 
 class _Step(nn.Module):
-    """`loss_fn(model, *batch)` as a module over the flattened batch, returning `(loss,)`.
+    """`loss_fn(model, *batch)` as a module over the flattened batch, returning `(loss, *other tensors detached)`
+    (`checkmate.torch_capture.loss_output`; `loss_output` says how to rebuild loss_fn's result).
 
     The model's distinct parameters and buffers are this module's own, under positional names (`parameter_3`), and
     the model itself is held outside the module tree: AOTAutograd lifts each tensor once however many names the
@@ -79,11 +91,13 @@ class _Step(nn.Module):
             self.register_parameter(f"{_PARAMETER}{index}", parameter)
         for index, buffer in enumerate(state.buffers.values()):
             self.register_buffer(f"{_BUFFER}{index}", buffer)
+        self.loss_output: LossOutput | None = None
 
-    def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self.loss(leaves),)
+    def forward(self, *leaves: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loss, others, self.loss_output = split_loss_output(self.result(leaves))
+        return (loss, *others)
 
-    def loss(self, leaves: Sequence[torch.Tensor]) -> torch.Tensor:
+    def result(self, leaves: Sequence[torch.Tensor]) -> Any:
         own = dict(self.named_parameters()) | dict(self.named_buffers())
         state = {name: own[f"{_PARAMETER}{index}"] for index, name in enumerate(self.parameter_names)}
         state |= {name: own[f"{_BUFFER}{index}"] for index, name in enumerate(self.buffer_names)}
@@ -115,10 +129,12 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     fake_model, fake_leaves = _fake_copies(model, leaves)
     state = distinct_state(fake_model)
     step = _Step(fake_model, loss_fn, spec, state)
-    for name in _without_gradient(step, fake_leaves, state):
-        state.parameters[name].requires_grad_(False)
-    with _explaining_failures():
-        module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
+    with recording_reads() as reads:
+        inputs = {f"{_BATCH}{index}": leaf for index, leaf in enumerate(fake_leaves) if leaf.requires_grad}
+        for name in _without_gradient(step, fake_leaves, {**state.parameters, **inputs}):
+            (state.parameters[name] if name in state.parameters else inputs[name]).requires_grad_(False)
+        with _explaining_failures():
+            module, signature = aot_export_module(step, fake_leaves, trace_joint=True, output_loss_index=0)
     if not isinstance(module, torch.fx.GraphModule) or signature.backward_signature is None:
         raise CaptureError("internal: AOTAutograd returned no joint graph; is any parameter trainable?")
     model_name = {f"{_PARAMETER}{index}": name for index, name in enumerate(state.parameters)}
@@ -126,8 +142,10 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
     _check_signature(signature, model_name)
     gradient_of = {param: out for out, param in signature.backward_signature.gradients_to_parameters.items()}
     update_of = {buffer: out for out, buffer in signature.buffers_to_mutate.items()}
-    loss = signature.user_outputs[0]
+    input_gradient_of = {leaf: out for out, leaf in signature.backward_signature.gradients_to_user_inputs.items()}
+    loss, *outputs = signature.user_outputs
     _check_loss(module, loss)
+    assert step.loss_output is not None
     return Trace(
         module=module,
         parameter_names=tuple(model_name[name] for name in signature.parameters),
@@ -137,13 +155,20 @@ def trace_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any]) ->
         loss=loss,
         gradients=tuple(gradient_of.get(name) for name in signature.parameters),
         buffer_updates=tuple(update_of.get(name) for name in signature.buffers),
+        attribute_reads=attribute_reads(reads, fake_model, loss_fn),
+        input_gradients=tuple(input_gradient_of.get(name) for name in signature.user_inputs),
+        outputs=tuple(outputs),
+        loss_output=step.loss_output,
     )
 
 
-def _without_gradient(step: _Step, fake_leaves: list[torch.Tensor], state: ModelState) -> frozenset[str]:
-    """The trainable parameters the loss does not depend on, from one forward and backward on the fake copy."""
+def _without_gradient(
+    step: _Step, fake_leaves: list[torch.Tensor], trainable: dict[str, torch.Tensor]
+) -> frozenset[str]:
+    """The trainable parameters and batch tensors the loss does not depend on, from one forward and backward on the
+    fake copy."""
     with _explaining_failures():
-        return parameters_without_gradient(lambda: step.loss(fake_leaves), state.parameters)
+        return parameters_without_gradient(lambda: step(*fake_leaves)[0], trainable)
 
 
 def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
@@ -167,7 +192,7 @@ def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Modul
             f"cannot copy the model onto fake tensors ({type(error).__name__}: {error}); "
             "the model must support copy.deepcopy"
         ) from error
-    return fake_model, [fake_mode.from_tensor(leaf) for leaf in leaves]
+    return fake_model, [fake_mode.from_tensor(leaf.detach()).requires_grad_(leaf.requires_grad) for leaf in leaves]
 
 
 def _check_signature(signature: Any, model_name: dict[str, str]) -> None:

@@ -6,10 +6,12 @@
 
 Each call feeds the model's current parameters and buffers (an optimizer's updates are seen), runs the schedule
 as its generated step function (`checkmate.execute.program`), accumulates gradients into `.grad` as eager autograd
-does, writes buffer updates (BatchNorm running statistics) once, and returns the detached loss. Plans are kept per
-batch shape and dtype, all within the budget in bytes fixed at compile. A new shape runs the plan of a larger one
-where its graph has the same structure and the plan fits (`checkmate.training.shape_reuse`; `improve` plans it for
-itself), else it is captured and planned again (`checkmate.training.planning`), or refused with `replan=False`.
+does (also of batch tensors that require a gradient), writes buffer updates (BatchNorm running statistics) once, and
+returns what loss_fn returns, detached. Plans are kept per batch signature and guard state
+(`checkmate.training.guards`), all within the budget in bytes fixed at compile. A new batch shape runs the plan of a
+larger one where its graph has the same structure and the plan fits (`checkmate.training.shape_reuse`; `improve`
+plans it for itself); anything else new is captured and planned again (`checkmate.training.planning`), or refused
+with `replan=False`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -27,14 +29,16 @@ from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
-from checkmate.execute.gradients import GradientAccumulator, StepGradients
+from checkmate.execute.gradients import GradientAccumulator, StepGradients, WithBatchGradients
 from checkmate.execute.memory import measure_peak, step_baseline, synchronize
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import lower
+from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
+from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import (
     BatchSignature,
     Compiled,
@@ -53,6 +57,13 @@ log = logging.getLogger(__name__)
 MEASURE_CHOICES = ("first", "every", "never")
 
 
+class PlanKey(NamedTuple):
+    """What a plan is kept by: the batch's signature and the guarded values its trace depended on."""
+
+    batch: BatchSignature
+    guards: GuardState
+
+
 class CompiledStep:
     """A training step that runs forward and backward as a rematerialization plan says.
 
@@ -67,10 +78,14 @@ class CompiledStep:
     ) -> None:
         self.model = model
         self.loss_fn = loss_fn
-        self._compiled = dict(compiled)
+        self._settings = in_bytes(settings, next(iter(compiled.values())))
+        self._guards = Guards(self.module, loss_fn, model_device(self.module).type)
+        for planned in compiled.values():
+            self._guards.watch(planned.captured.attribute_reads)
+        state = self._guards.state()
+        self._compiled = {PlanKey(signature, state): planned for signature, planned in compiled.items()}
         self._current = next(iter(self._compiled))
-        self._settings = in_bytes(settings, self._compiled[self._current])
-        self._measured_peak: dict[BatchSignature, int] = {}
+        self._measured_peak: dict[PlanKey, int] = {}
         self._measured_time: float | None = None
 
     @property
@@ -93,19 +108,31 @@ class CompiledStep:
         """The captured step of the batch shape used last."""
         return self._compiled[self._current].captured
 
-    def __call__(self, *batch: Any) -> torch.Tensor:
-        """Run forward and backward on `batch` following the plan; returns the detached loss.
+    def __call__(self, *batch: Any) -> Any:
+        """Run forward and backward on `batch` following the plan; returns what loss_fn returns, detached: the loss,
+        or the tuple, list, dict or ModelOutput holding it and the other values loss_fn returned.
 
-        Gradients are added into each parameter's `.grad` (set when it is None), and buffers that the
-        step updates (BatchNorm running statistics) are written once.
+        Gradients are added into each parameter's `.grad` (set when it is None), and into the `.grad` of each batch
+        tensor that requires one, and buffers that the step updates (BatchNorm running statistics) are written once.
+        A batch of a new signature, or a change in what the plan's trace depended on (`model.train()`, a module
+        attribute its forward read, autocast: `checkmate.training.guards`), is captured and planned again; a state
+        seen before reuses its plan.
+
+        Raises:
+            ExecutionError: gradients are disabled (`torch.no_grad()`), or a new plan is needed and the step was
+                compiled with `replan=False`.
         """
+        check_grad_mode()
         leaves, spec = pytree.tree_flatten(tuple(batch))
-        signature = batch_signature(leaves, spec)
-        compiled = self._compiled.get(signature) or self._replan(batch, signature)
+        key = PlanKey(batch_signature(leaves, spec), self._guards.state())
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._replan(batch, key)
+            key = self._guard_reads_of(compiled, key)
         self._check_gradients_start_empty(compiled)
-        self._current = signature
+        self._current = key
         measure = self._settings.measure_memory == "every" or (
-            self._settings.measure_memory == "first" and signature not in self._measured_peak
+            self._settings.measure_memory == "first" and key not in self._measured_peak
         )
         return self._run(compiled, leaves, measure)
 
@@ -125,31 +152,50 @@ class CompiledStep:
                 "(set_to_none=True, its default) before each step, or compile with gradient_memory='whole_step'"
             )
 
-    def _replan(self, batch: Sequence[Any], signature: BatchSignature) -> Compiled:
-        """The step of a batch signature not seen yet: the plan of a larger batch where it fits
-        (`checkmate.training.shape_reuse`), else planned for it."""
+    def _replan(self, batch: Sequence[Any], key: PlanKey) -> Compiled:
+        """The step of a key not seen yet: the plan of a larger batch where it fits (`checkmate.training.shape_reuse`:
+        the batch is traced as the model and loss_fn are now), else planned for it."""
         planned = self.captured
         if not self._settings.replan:
             raise ExecutionError(
                 f"this step was planned for batch {describe(planned.batch_shapes)} and got "
-                f"{describe(signature[1])}: compile with replan=True, or pass a batch of the planned shape"
+                f"{self._what_changed(key)}: compile with replan=True, or pass a batch of the planned shape"
             )
+        change = self._what_changed(key)
         reused = reuse_plan(self.module, self.loss_fn, batch, self._settings, self._compiled.values())
         if isinstance(reused, Compiled):
             log.info(
-                "batch %s: running the plan of batch %s (fits: planned peak %s of the budget %s); call "
+                "%s: running the plan of batch %s (fits: planned peak %s of the budget %s); call "
                 "step.improve(*batch) with a batch of this shape to plan it for itself",
-                describe(signature[1]),
+                change,
                 describe(reused.reused_from or ()),
                 format_bytes(reused.plan.peak_memory),
                 format_bytes(reused.plan.budget or 0),
             )
             compiled = reused
         else:
-            log.info("batch %s: %s; capturing and planning it for itself", describe(signature[1]), reused)
+            log.info("%s: %s; capturing and planning it for itself", change, reused)
             compiled = self._plan_shape(batch)
-        self._compiled[signature] = compiled
+        self._compiled[key] = compiled
         return compiled
+
+    def _what_changed(self, key: PlanKey) -> str:
+        """How `key` differs from the plan used last, for the log and errors."""
+        if key.batch != self._current.batch:
+            return f"new batch signature {describe(key.batch[1], key.batch[2])}"
+        return self._guards.describe_change(self._current.guards, key.guards)
+
+    def _guard_reads_of(self, compiled: Compiled, key: PlanKey) -> PlanKey:
+        """Guard what a new capture read as well; the plans kept so far are keyed with those values as they are now
+        (their traces did not read them). Returns `key` as kept."""
+        if not self._guards.watch(compiled.captured.attribute_reads):
+            return key
+        self._compiled = {PlanKey(k.batch, self._guards.extended(k.guards)): v for k, v in self._compiled.items()}
+        self._measured_peak = {
+            PlanKey(k.batch, self._guards.extended(k.guards)): v for k, v in self._measured_peak.items()
+        }
+        self._current = PlanKey(self._current.batch, self._guards.extended(self._current.guards))
+        return PlanKey(key.batch, self._guards.extended(key.guards))
 
     def _plan_shape(self, batch: Sequence[Any]) -> Compiled:
         """`batch`'s step planned for it, within the budget in bytes fixed at compile."""
@@ -178,21 +224,24 @@ class CompiledStep:
         Raises:
             InfeasibleBudget: no plan of the method fits the budget at this shape.
         """
-        signature = signature_of(batch)
-        compiled = self._compiled.get(signature)
+        key = PlanKey(signature_of(batch), self._guards.state())
+        compiled = self._compiled.get(key)
         if compiled is None or compiled.reused_from is not None:
             compiled = self._plan_shape(batch)
-            self._compiled[signature] = compiled
-            self._measured_peak.pop(signature, None)
+            self._compiled[key] = compiled
+            self._measured_peak.pop(key, None)
+            key = self._guard_reads_of(compiled, key)
         return compiled.plan
 
-    def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> torch.Tensor:
+    def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> Any:
         self._before_step()
         parameters = self._parameters(compiled)
         buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
         gradients = self._gradient_sink(compiled, parameters)
+        if any(compiled.captured.input_gradients):
+            gradients = WithBatchGradients(gradients, len(parameters), leaves)
         timed = not measure or device.type == "cuda"
         synchronize(device)
         started = time.perf_counter()
@@ -211,7 +260,8 @@ class CompiledStep:
         synchronize(device)
         if timed:
             self._measured_time = time.perf_counter() - started
-        return outputs.loss
+        loss_output = compiled.captured.loss_output
+        return outputs.loss if loss_output is None else loss_output.rebuild(outputs.loss, outputs.outputs)
 
     def _before_step(self) -> None:
         """Called at the start of each call, before the inputs are read (a data-parallel step syncs buffers)."""

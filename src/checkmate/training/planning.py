@@ -36,7 +36,7 @@ from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
-BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]
+BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...], tuple[bool, ...]]
 
 
 @dataclass(frozen=True)
@@ -231,13 +231,13 @@ def _cached_solve(
 
 
 def batch_signature(leaves: list[Any], spec: Any) -> BatchSignature:
-    """What a plan is kept by: the batch's pytree spec (`spec`, from flattening the batch into `leaves`) and each
-    leaf's shape and dtype."""
+    """What a plan is kept by: the batch's pytree spec (`spec`, from flattening the batch into `leaves`), each
+    leaf's shape and dtype, and whether it requires a gradient."""
     shapes = tuple(
         (tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) if isinstance(leaf, torch.Tensor) else ((), "?")
         for leaf in leaves
     )
-    return (spec, shapes)
+    return (spec, shapes, tuple(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves))
 
 
 def signature_of(batch: Sequence[Any]) -> BatchSignature:

@@ -88,14 +88,15 @@ def reuse_plan(
     )
 
 
-def describe(shapes: Shapes) -> str:
-    """Batch shapes as the log and errors write them: `float32[256, 64], int64[256]`."""
-    return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in shapes)
+def describe(shapes: Shapes, requires_grad: Sequence[bool] = ()) -> str:
+    """Batch shapes as the log and errors write them: `float32[256, 64] requiring grad, int64[256]`."""
+    marks = [" requiring grad" if flag else "" for flag in requires_grad] or [""] * len(shapes)
+    return ", ".join(f"{dtype}{list(shape)}{mark}" for (shape, dtype), mark in zip(shapes, marks, strict=True))
 
 
 def _covers(compiled: Compiled, signature: BatchSignature) -> bool:
     """Whether `compiled`'s batch has `signature`'s structure, dtypes and dimensions, each at least as large."""
-    spec, shapes = signature
+    spec, shapes, _ = signature  # whether batch tensors require grad: `structure_difference` compares their gradients
     planned = compiled.captured.batch_shapes
     return (
         compiled.captured.batch_spec == spec
