@@ -174,15 +174,15 @@ class CompiledStep:
             )
             compiled = reused
         else:
-            log.info("%s: %s; capturing and planning it for itself", change, reused)
-            compiled = self._plan_shape(batch)
+            log.info("%s: capturing and planning again (%s)", change, reused)
+            compiled = self._plan_shape(batch, change)
         self._compiled[key] = compiled
         return compiled
 
     def _what_changed(self, key: PlanKey) -> str:
         """How `key` differs from the plan used last, for the log and errors."""
         if key.batch != self._current.batch:
-            return f"new batch signature {describe(key.batch[1], key.batch[2])}"
+            return f"batch {describe(key.batch[1], key.batch[2])}"
         return self._guards.describe_change(self._current.guards, key.guards)
 
     def _guard_reads_of(self, compiled: Compiled, key: PlanKey) -> PlanKey:
@@ -197,20 +197,20 @@ class CompiledStep:
         self._current = PlanKey(self._current.batch, self._guards.extended(self._current.guards))
         return PlanKey(key.batch, self._guards.extended(key.guards))
 
-    def _plan_shape(self, batch: Sequence[Any]) -> Compiled:
-        """`batch`'s step planned for it, within the budget in bytes fixed at compile."""
+    def _plan_shape(self, batch: Sequence[Any], change: str) -> Compiled:
+        """`batch`'s step planned for it as the model and loss_fn are now, within the budget in bytes fixed at
+        compile; `change` says what is new, for the log and errors."""
         started = time.perf_counter()
-        shapes = describe(signature_of(batch)[1])
         try:
             compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
         except InfeasibleBudget as refusal:
             raise InfeasibleBudget(
-                f"batch {shapes}: {refusal} (the budget was fixed in bytes at compile, for every batch shape: compile "
-                "with a budget in bytes that the largest batch fits)",
+                f"{change}: {refusal} (the budget was fixed in bytes at compile, for every batch shape and model "
+                "state: compile with a budget in bytes that the largest step fits)",
                 budget=refusal.budget,
                 minimum=refusal.minimum,
             ) from refusal
-        log.info("batch %s: planned in %.1f s", shapes, time.perf_counter() - started)
+        log.info("%s: planned in %.1f s", change, time.perf_counter() - started)
         return compiled
 
     def improve(self, *batch: Any) -> Plan:
@@ -227,7 +227,7 @@ class CompiledStep:
         key = PlanKey(signature_of(batch), self._guards.state())
         compiled = self._compiled.get(key)
         if compiled is None or compiled.reused_from is not None:
-            compiled = self._plan_shape(batch)
+            compiled = self._plan_shape(batch, f"batch {describe(key.batch[1], key.batch[2])}")
             self._compiled[key] = compiled
             self._measured_peak.pop(key, None)
             key = self._guard_reads_of(compiled, key)
