@@ -195,8 +195,20 @@ def _run_as_built(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> An
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-    """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan."""
-    return compile_fx(gm, list(example_inputs))
+    """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan.
+
+    `compile_fx` returns a function called with the arguments themselves, as Dynamo calls a backend's function, but
+    it carries the `_boxed_call` mark of a function it wraps, so AOTAutograd would pass it the argument list as one
+    argument: it is called here with the list unpacked (and the list emptied, as the boxed convention asks)."""
+    function = compile_fx(gm, list(example_inputs))
+
+    def run(arguments: list[Any]) -> Any:
+        values = list(arguments)
+        arguments.clear()
+        return function(*values)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
 def _placeholders(captured: Captured) -> list[str]:
