@@ -125,6 +125,84 @@ def test_a_graph_break_plans_each_region_and_says_so(caplog: pytest.LogCaptureFi
     assert any("graph break" in record.getMessage() for record in caplog.records)
 
 
+class _Scaled(nn.Module):
+    """A forward that makes tensors from Python values (as Hugging Face attention masks do): the joint graph reads them
+    as constants (`_tensor_constant0`, ...), in the forward and, through the products' gradients, in the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(32, 32) for _ in range(4))
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x) * torch.tensor(0.5)) + torch.tensor([1.0, -1.0]).repeat(16)
+        return self.head(x)
+
+
+class _PrintingBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(x)
+        print(f"mean activation {float(hidden.mean()):.3f}")
+        return nn.functional.gelu(hidden)
+
+
+class _Printing(nn.Module):
+    """Graph breaks made by user code: a value printed in the middle of each of two blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = _PrintingBlock()
+        self.second = _PrintingBlock()
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.second(self.first(x)))
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.8], ids=str)
+def test_tensor_constants_of_the_forward_reach_both_graphs(budget: float) -> None:
+    torch.manual_seed(0)
+    model = _Scaled()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(64, 32)
+    criterion = nn.MSELoss()
+    target = torch.randn(64, 4)
+    planner = checkmate.backend(budget=budget, cost_model="flops", time_limit=TIME_LIMIT)
+    losses = _train(torch.compile(model, backend=planner), inputs, lambda out: criterion(out, target), 3, seed=1)
+    expected = _train(reference, inputs, lambda out: criterion(out, target), 3, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, f"tensor constants at {budget:.0%}", exact=False)
+    assert len(planner.regions) == 1
+    region = planner.regions[0]
+    if budget < 1.0:
+        assert region.plan.R.sum() > region.nodes, "the budget must make the plan recompute"
+
+
+def test_graph_breaks_from_user_code_run_every_region(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each training region is planned; what Dynamo compiles without gradients (the code around the prints, an
+    evaluation under `torch.no_grad()`) runs through Inductor, with eager's values."""
+    torch.manual_seed(0)
+    model = _Printing()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(8, 16)
+    planner = checkmate.backend(budget=1.0, cost_model="flops", time_limit=TIME_LIMIT)
+    compiled = torch.compile(model, backend=planner)
+    losses = _train(compiled, inputs, lambda out: out.square().mean(), 3, seed=1)
+    expected = _train(reference, inputs, lambda out: out.square().mean(), 3, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, "graph breaks from print", exact=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs), reference(inputs))
+    assert len(planner.regions) >= 2, "the prints split the forward into several planned regions"
+    forwards = 2 * (3 + 1 + 1)  # compiled and eager: three steps, the accumulating one, the evaluation
+    assert capsys.readouterr().out.count("mean activation") == 2 * forwards, "each block prints on every call"
+
+
 def test_options_are_checked_before_any_compile() -> None:
     with pytest.raises(InvalidArgument, match="method"):
         checkmate.backend(budget=0.5, method="nonsense")
