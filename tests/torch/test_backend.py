@@ -16,7 +16,7 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
-from checkmate import InvalidArgument, zoo
+from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.torch_capture.allocator import allocator_peak
 
@@ -201,6 +201,39 @@ def test_graph_breaks_from_user_code_run_every_region(capsys: pytest.CaptureFixt
     assert len(planner.regions) >= 2, "the prints split the forward into several planned regions"
     forwards = 2 * (3 + 1 + 1)  # compiled and eager: three steps, the accumulating one, the evaluation
     assert capsys.readouterr().out.count("mean activation") == 2 * forwards, "each block prints on every call"
+
+
+def _small() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def test_a_fraction_a_region_cannot_reach_plans_it_as_low_as_it_goes(caplog: pytest.LogCaptureFixture) -> None:
+    """A fraction is a share of each region's own peak, as low as the region goes (as `torch.compile`'s
+    `activation_memory_budget`): below what it can reach, the region is planned at the smallest budget known to fit,
+    with a warning, and trains as eager does."""
+    model = _small()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(8, 16)
+    planner = checkmate.backend(budget=0.3, cost_model="flops", time_limit=TIME_LIMIT)
+    with caplog.at_level("WARNING", logger="checkmate.inductor.backend"):
+        losses = _train(torch.compile(model, backend=planner), inputs, lambda out: out.square().mean(), 2, seed=1)
+    expected = _train(reference, inputs, lambda out: out.square().mean(), 2, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, "a fraction below the region's smallest budget", exact=False)
+    (region,) = planner.regions
+    assert region.budget > 0.3 * region.no_remat_peak
+    assert region.plan.peak_memory <= region.budget
+    assert any("cannot reach 30%" in record.getMessage() for record in caplog.records)
+
+
+def test_a_byte_budget_a_region_cannot_fit_is_an_error_naming_the_smallest() -> None:
+    """Bytes are a limit: a region that cannot fit raises InfeasibleBudget (wrapped by Dynamo), never runs over."""
+    compiled = torch.compile(_small(), backend=checkmate.backend(budget=1024, cost_model="flops", time_limit=2))
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="smallest budget") as raised:
+        compiled(torch.randn(8, 16))
+    assert isinstance(raised.value.inner_exception, InfeasibleBudget)
+    assert raised.value.inner_exception.minimum is not None and raised.value.inner_exception.minimum > 1024
 
 
 def test_options_are_checked_before_any_compile() -> None:
