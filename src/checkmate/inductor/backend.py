@@ -222,7 +222,7 @@ def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
     `compile_fx` returns a function called with the arguments themselves, as Dynamo calls a backend's function, but
     it carries the `_boxed_call` mark of a function it wraps, so AOTAutograd would pass it the argument list as one
     argument: it is called here with the list unpacked (and the list emptied, as the boxed convention asks)."""
-    function = compile_fx(gm, list(example_inputs))
+    function: Callable[..., Any] = compile_fx(gm, list(example_inputs))  # type: ignore[assignment]
 
     def run(arguments: list[Any]) -> Any:
         values = list(arguments)
