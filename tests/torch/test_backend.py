@@ -7,7 +7,7 @@ and the CPU allocator's peak during forward, loss and backward, against the regi
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,14 +23,7 @@ from checkmate.torch_capture.allocator import allocator_peak
 TIME_LIMIT = 15
 
 
-pytestmark = pytest.mark.usefixtures("module_cache_directory")
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("module_cache_directory", "fresh_dynamo")
 
 
 def _resnet() -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:

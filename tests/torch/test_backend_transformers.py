@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,7 @@ import checkmate
 TIME_LIMIT = 5
 README = Path(__file__).parents[2] / "README.md"
 
-pytestmark = pytest.mark.usefixtures("module_cache_directory")
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("module_cache_directory", "fresh_dynamo")
 
 
 def _assert_same_parameters(model: nn.Module, reference: nn.Module, context: str) -> None:
