@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="module")
@@ -10,3 +11,11 @@ def module_cache_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         yield
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Dynamo's compiled code and caches cleared around the test, so no test runs another's compiled regions."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

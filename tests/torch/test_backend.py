@@ -7,7 +7,7 @@ and the CPU allocator's peak during forward, loss and backward, against the regi
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,21 +16,14 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
-from checkmate import InvalidArgument, zoo
+from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.torch_capture.allocator import allocator_peak
 
 TIME_LIMIT = 15
 
 
-pytestmark = pytest.mark.usefixtures("module_cache_directory")
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("module_cache_directory", "fresh_dynamo")
 
 
 def _resnet() -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
@@ -123,6 +116,117 @@ def test_a_graph_break_plans_each_region_and_says_so(caplog: pytest.LogCaptureFi
         torch.compile(model, backend=planner)(torch.randn(8, 16)).sum().backward()
     assert [region.index for region in planner.regions] == [0, 1]
     assert any("graph break" in record.getMessage() for record in caplog.records)
+
+
+class _Scaled(nn.Module):
+    """A forward that makes tensors from Python values (as Hugging Face attention masks do): the joint graph reads them
+    as constants (`_tensor_constant0`, ...), in the forward and, through the products' gradients, in the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(32, 32) for _ in range(4))
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x) * torch.tensor(0.5)) + torch.tensor([1.0, -1.0]).repeat(16)
+        return self.head(x)
+
+
+class _PrintingBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(x)
+        print(f"mean activation {float(hidden.mean()):.3f}")
+        return nn.functional.gelu(hidden)
+
+
+class _Printing(nn.Module):
+    """Graph breaks made by user code: a value printed in the middle of each of two blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = _PrintingBlock()
+        self.second = _PrintingBlock()
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.second(self.first(x)))
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.8], ids=str)
+def test_tensor_constants_of_the_forward_reach_both_graphs(budget: float) -> None:
+    torch.manual_seed(0)
+    model = _Scaled()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(64, 32)
+    criterion = nn.MSELoss()
+    target = torch.randn(64, 4)
+    planner = checkmate.backend(budget=budget, cost_model="flops", time_limit=TIME_LIMIT)
+    losses = _train(torch.compile(model, backend=planner), inputs, lambda out: criterion(out, target), 3, seed=1)
+    expected = _train(reference, inputs, lambda out: criterion(out, target), 3, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, f"tensor constants at {budget:.0%}", exact=False)
+    assert len(planner.regions) == 1
+    region = planner.regions[0]
+    if budget < 1.0:
+        assert region.plan.R.sum() > region.nodes, "the budget must make the plan recompute"
+
+
+def test_graph_breaks_from_user_code_run_every_region(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each training region is planned; what Dynamo compiles without gradients (the code around the prints, an
+    evaluation under `torch.no_grad()`) runs through Inductor, with eager's values."""
+    torch.manual_seed(0)
+    model = _Printing()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(8, 16)
+    planner = checkmate.backend(budget=1.0, cost_model="flops", time_limit=TIME_LIMIT)
+    compiled = torch.compile(model, backend=planner)
+    losses = _train(compiled, inputs, lambda out: out.square().mean(), 3, seed=1)
+    expected = _train(reference, inputs, lambda out: out.square().mean(), 3, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, "graph breaks from print", exact=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs), reference(inputs))
+    assert len(planner.regions) >= 2, "the prints split the forward into several planned regions"
+    forwards = 2 * (3 + 1 + 1)  # compiled and eager: three steps, the accumulating one, the evaluation
+    assert capsys.readouterr().out.count("mean activation") == 2 * forwards, "each block prints on every call"
+
+
+def _small() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+def test_a_fraction_a_region_cannot_reach_plans_it_as_low_as_it_goes(caplog: pytest.LogCaptureFixture) -> None:
+    """A fraction is a share of each region's own peak, as low as the region goes (as `torch.compile`'s
+    `activation_memory_budget`): below what it can reach, the region is planned at the smallest budget known to fit,
+    with a warning, and trains as eager does."""
+    model = _small()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(8, 16)
+    planner = checkmate.backend(budget=0.3, cost_model="flops", time_limit=TIME_LIMIT)
+    with caplog.at_level("WARNING", logger="checkmate.inductor.backend"):
+        losses = _train(torch.compile(model, backend=planner), inputs, lambda out: out.square().mean(), 2, seed=1)
+    expected = _train(reference, inputs, lambda out: out.square().mean(), 2, seed=1)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(expected))
+    assert_same_state(model, reference, "a fraction below the region's smallest budget", exact=False)
+    (region,) = planner.regions
+    assert region.budget > 0.3 * region.no_remat_peak
+    assert region.plan.peak_memory <= region.budget
+    assert any("cannot reach 30%" in record.getMessage() for record in caplog.records)
+
+
+def test_a_byte_budget_a_region_cannot_fit_is_an_error_naming_the_smallest() -> None:
+    """Bytes are a limit: a region that cannot fit raises InfeasibleBudget (wrapped by Dynamo), never runs over."""
+    compiled = torch.compile(_small(), backend=checkmate.backend(budget=1024, cost_model="flops", time_limit=2))
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="smallest budget") as raised:
+        compiled(torch.randn(8, 16))
+    assert isinstance(raised.value.inner_exception, InfeasibleBudget)
+    assert raised.value.inner_exception.minimum is not None and raised.value.inner_exception.minimum > 1024
 
 
 def test_options_are_checked_before_any_compile() -> None:

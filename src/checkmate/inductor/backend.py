@@ -17,6 +17,10 @@ cover what the user's code holds outside the region (the loss computed after the
 earlier steps (AOTAutograd accumulates into them after the region's backward). A graph break makes several regions:
 each is planned alone with the whole budget (a fraction is of that region's own no-recomputation peak), logged, and
 listed in `backend.regions`, so no part runs unplanned without saying so; together they may hold more than one budget.
+A budget in bytes is a limit: a region that cannot fit raises `InfeasibleBudget`. A fraction asks each region for that
+share of its own peak, as `torch.compile`'s `activation_memory_budget` does: a region that cannot go that low (a small
+region, or one whose inputs and outputs are most of its peak) is planned at the smallest budget known to fit, with
+a warning, so one such region does not stop the training.
 Regions without gradients (inference) are compiled by Inductor as usual, without a plan. Shapes are static: a new
 input shape makes Dynamo compile (and plan) the region again, as `checkmate.compile` replans a new batch shape.
 """
@@ -39,7 +43,7 @@ from torch.fx.graph import _BoxedCodeGen
 from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
-from checkmate.errors import InvalidArgument
+from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.inductor.kernels import compile_kernels, example_value
 from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph
@@ -50,7 +54,7 @@ from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
 from checkmate.torch_capture import random_state_bytes
 from checkmate.torch_capture.joint import capture_joint
-from checkmate.units import format_bytes, resolve_budget
+from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,8 @@ class PlannedRegion:
     Attributes:
         index: the order in which Dynamo compiled it (0 first).
         nodes: planning nodes of its joint graph.
-        budget: its budget in bytes.
+        budget: the budget it was planned within, in bytes (for a fraction below what the region can reach, the
+            smallest budget known to fit).
         no_remat_peak: its peak without recomputation.
         plan: the plan it runs (`plan.peak_memory` is its predicted peak, `plan.cost` its compute).
         no_remat_cost: the compute of its plan without recomputation.
@@ -135,7 +140,22 @@ class CheckmateBackend:
         captured = dataclasses.replace(captured, graph=graph)
         no_remat = solve(graph, None, method="checkpoint_all")
         budget = resolve_budget(self.budget, no_remat.peak_memory)
-        plan = solve(graph, budget, method=self.method, **self.solve_options)
+        try:
+            plan = solve(graph, budget, method=self.method, **self.solve_options)
+        except InfeasibleBudget as error:
+            if not isinstance(parse_budget(self.budget), float) or error.minimum is None:
+                raise
+            log.warning(
+                "region %d cannot reach %.0f%% of its peak without recomputation (%s); it is planned at the smallest "
+                "budget known to fit, %s (%.0f%%)",
+                index,
+                100 * budget / no_remat.peak_memory,
+                format_bytes(budget),
+                format_bytes(error.minimum),
+                100 * error.minimum / no_remat.peak_memory,
+            )
+            budget = error.minimum
+            plan = solve(graph, budget, method=self.method, **self.solve_options)
         region = PlannedRegion(index, graph.size, budget, no_remat.peak_memory, plan, no_remat.cost)
         self.regions.append(region)
         log.log(
@@ -159,8 +179,10 @@ def backend(
     """A `torch.compile` backend that runs each compiled region's forward and backward within `budget`.
 
     Args:
-        budget: bytes (an int or a string such as "8GiB"), or a float in (0, 1]: that fraction of the region's peak
-            with no recomputation.
+        budget: bytes (an int or a string such as "8GiB"): a limit, and a region that cannot fit in it raises
+            `InfeasibleBudget` naming the smallest budget that fits (wrapped by Dynamo in `BackendCompilerFailed`).
+            Or a float in (0, 1]: that fraction of each region's peak with no recomputation, as low as the region
+            goes: a region that cannot reach it is planned at the smallest budget known to fit, with a warning.
         method: a strategy name from `checkmate methods`.
         cost_model: "profile" prices nodes by their compiled functions' measured time; "flops" by FLOPs.
         **solve_options: options of the method, such as `time_limit=60` (default 120 s for optimal and approx).
@@ -195,8 +217,20 @@ def _run_as_built(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> An
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-    """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan."""
-    return compile_fx(gm, list(example_inputs))
+    """A region without gradients (inference): Inductor compiles it as `torch.compile` would, without a plan.
+
+    `compile_fx` returns a function called with the arguments themselves, as Dynamo calls a backend's function, but
+    it carries the `_boxed_call` mark of a function it wraps, so AOTAutograd would pass it the argument list as one
+    argument: it is called here with the list unpacked (and the list emptied, as the boxed convention asks)."""
+    function: Callable[..., Any] = compile_fx(gm, list(example_inputs))  # type: ignore[assignment]
+
+    def run(arguments: list[Any]) -> Any:
+        values = list(arguments)
+        arguments.clear()
+        return function(*values)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
 def _placeholders(captured: Captured) -> list[str]:

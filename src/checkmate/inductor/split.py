@@ -11,6 +11,8 @@ the node's compiled function (`checkmate.inductor.kernels`) and one `getitem` pe
 * a recomputation is a separate call, and fx frees every value after its last reader, which is never later than the
   plan's `Free` (a reader after the `Free` reads a later computation), so the graphs hold at most what the plan does;
 * forward outputs and gradients are the values of their node's first computation, as the eager executor takes them;
+* constants of the joint graph (its `get_attr` values, such as the `_tensor_constant0` a `torch.tensor(2.0)` in the
+  forward makes) are attributes of both graphs, each fetching them where it reads them: never saved, never freed;
 * a random node that is computed more than once saves the generator state before its first computation and replays
   it for every recomputation (the state is a value like the others, saved for the backward when it needs it).
 """
@@ -67,29 +69,31 @@ def split_schedule(
         state_meta = torch.empty(torch.get_rng_state().numel(), dtype=torch.uint8)
     meta |= {RANDOM_STATE.format(index): state_meta for index in replayed}
 
-    saved = _read_before_made(kernels, backward_steps, replayed, {node.name for node in tangents})
-    forward = _Builder(kernels, replayed, meta)
+    constants = {node.name: str(node.target) for node in joint.graph.nodes if node.op == "get_attr"}
+    saved = _read_before_made(kernels, backward_steps, replayed, {node.name for node in tangents} | constants.keys())
+    forward = _Builder(joint, constants, kernels, replayed, meta)
     for node in primals:
         forward.input(node.name)
     copies = {name: forward.copy(name) for name in saved if name in mutated_inputs}
     for step in forward_steps:
         forward.compute(step.node)
-    forward_outputs = [forward.first[name] for name in captured.region_outputs]
+    forward_outputs = [forward.made(name) for name in captured.region_outputs]
     forward_module = forward.finish([*forward_outputs, *(copies.get(name) or forward.current[name] for name in saved)])
 
-    backward = _Builder(kernels, replayed, meta)
+    backward = _Builder(joint, constants, kernels, replayed, meta)
     for name in [*saved, *(node.name for node in tangents)]:
         backward.input(name)
     for step in backward_steps:
         backward.compute(step.node)
-    gradients = [None if name is None else backward.first[name] for name in captured.gradients]
+    gradients = [None if name is None else backward.made(name) for name in captured.gradients]
     return forward_module, backward.finish(gradients)
 
 
 def _read_before_made(
-    kernels: Sequence[NodeKernel], steps: Sequence[Compute], replayed: set[int], tangents: set[str]
+    kernels: Sequence[NodeKernel], steps: Sequence[Compute], replayed: set[int], available: set[str]
 ) -> list[str]:
-    """Names the backward steps read before computing them (the tangents excepted), in first-read order."""
+    """Names the backward steps read before computing them (those `available` to the backward excepted: tangents,
+    constants), in first-read order."""
     made: set[str] = set()
     read: dict[str, None] = {}
     for step in steps:
@@ -97,16 +101,26 @@ def _read_before_made(
         state = RANDOM_STATE.format(step.node)
         needed = [*kernel.inputs, *([state] if step.node in replayed and state not in made else [])]
         for name in needed:
-            if name not in made and name not in tangents:
+            if name not in made and name not in available:
                 read.setdefault(name)
         made.update(kernel.outputs)
     return list(read)
 
 
 class _Builder:
-    """Writes one fx graph: placeholders, then each computation as a call and its getitems."""
+    """Writes one fx graph: placeholders, then each computation as a call and its getitems; the joint graph's
+    constants (`constants`: fx name to attribute of `joint`) are fetched where first read."""
 
-    def __init__(self, kernels: Sequence[NodeKernel], replayed: set[int], meta: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        joint: torch.fx.GraphModule,
+        constants: dict[str, str],
+        kernels: Sequence[NodeKernel],
+        replayed: set[int],
+        meta: dict[str, Any],
+    ) -> None:
+        self.joint = joint
+        self.constants = constants
         self.graph = torch.fx.Graph()
         self.kernels = kernels
         self.replayed = replayed
@@ -120,6 +134,18 @@ class _Builder:
         self.current[name] = node
         self.first.setdefault(name, node)
 
+    def read(self, name: str) -> torch.fx.Node:
+        """The value `name` as it is now: the latest computation's, an input's, or the constant's."""
+        if name not in self.current and name in self.constants:
+            constant = self.graph.get_attr(self.constants[name])
+            constant.meta["val"] = self.meta[name]
+            self.current[name] = self.first[name] = constant
+        return self.current[name]
+
+    def made(self, name: str) -> torch.fx.Node:
+        """The value `name` as its first computation made it (an input's or a constant's own value)."""
+        return self.first[name] if name in self.first else self.read(name)
+
     def copy(self, name: str) -> torch.fx.Node:
         """A copy of input `name` as it is now."""
         copied = self.graph.call_function(torch.ops.aten.clone.default, (self.current[name],))
@@ -128,7 +154,7 @@ class _Builder:
 
     def compute(self, index: int) -> None:
         kernel = self.kernels[index]
-        arguments: tuple[Any, ...] = tuple(self.current[name] for name in kernel.inputs)
+        arguments: tuple[Any, ...] = tuple(self.read(name) for name in kernel.inputs)
         function = _named(kernel.function, f"node_{index}")
         state = RANDOM_STATE.format(index)
         if index in self.replayed and state in self.current:
@@ -148,7 +174,7 @@ class _Builder:
     def finish(self, outputs: Sequence[torch.fx.Node | None]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
         self.graph.eliminate_dead_code()
-        return torch.fx.GraphModule(torch.nn.Module(), self.graph)
+        return torch.fx.GraphModule(self.joint, self.graph)
 
 
 def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
