@@ -73,7 +73,10 @@ def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -
 
 def message_time(control: SearchControl) -> float:
     """Seconds the smallest-budget search behind an InfeasibleBudget message may take: what is left of the caller's
-    time limit, at most MINIMUM_BUDGET_TIME_LIMIT (0 when it is spent: the message then says what is known)."""
+    time limit, at most MINIMUM_BUDGET_TIME_LIMIT (0 when it is spent or a stop was asked: the message then says what
+    is known)."""
+    if control.interrupted:
+        return 0.0
     remaining = control.remaining()
     return MINIMUM_BUDGET_TIME_LIMIT if remaining is None else min(MINIMUM_BUDGET_TIME_LIMIT, remaining)
 
