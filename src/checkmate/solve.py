@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
-from checkmate.errors import InvalidSchedule
+from checkmate.errors import InvalidArgument, InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import SearchControl, stop_on_interrupt
+from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.registry import call_strategy, check_options, option_names
-from checkmate.units import format_bytes, parse_bytes
+from checkmate.units import format_bytes, parse_budget, parse_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,10 @@ SEARCH_OPTIONS = ("time_limit", "progress")  # taken by `solve` for a method tha
 def check_solve_options(method: str, options: Mapping[str, Any]) -> None:
     """InvalidArgument for what `solve(graph, budget, method=method, **options)` would refuse in its method or options
     (an unknown method, an option it does not take, a value it refuses such as an unknown solver), before any work."""
+    for name in ("time_limit", "mip_gap"):
+        value = options.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+            raise InvalidArgument(f"{name} must be a number >= 0 (or None), got {value!r}")
     searching = _searches(method) and "control" not in options
     check_options(
         method, {name: value for name, value in options.items() if not (searching and name in SEARCH_OPTIONS)}
@@ -40,7 +46,9 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
 
     Args:
         graph: the training graph.
-        budget: bytes (int, or a string such as "512MiB" or "1.5GB"), fixed memory included; None for no limit.
+        budget: bytes (an int, or a string such as "512MiB" or "1.5GB"), or a float in (0, 1]: that fraction of the
+            peak with no recomputation (`checkmate.units.parse_budget`, as `checkmate.compile` reads it); fixed
+            memory included; None for no limit.
         method: a name from `checkmate methods` (for example "checkpoint_all", "chen_greedy", "optimal").
         **options: options of that method. A method that searches (optimal, approx) takes `time_limit`, the
             seconds for the whole call, and `progress`, a callback given `checkmate.progress.Progress` snapshots;
@@ -50,10 +58,12 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         A Plan whose simulated peak is within the budget.
 
     Raises:
+        InvalidArgument: an unknown method or option, a budget that is none, or a negative or NaN limit.
         InfeasibleBudget: no plan of that method fits; the error's `minimum` is the smallest budget it could meet.
         InvalidSchedule: the method returned a plan over the budget (a bug of the method, never a budget's fault).
     """
-    budget_bytes = None if budget is None else parse_bytes(budget)
+    check_solve_options(method, options)
+    budget_bytes = None if budget is None else _budget_bytes(graph, budget)
     started = time.perf_counter()
     if _searches(method) and "control" not in options:
         control = SearchControl(time_limit=options.pop("time_limit", None), callback=options.pop("progress", None))
@@ -71,3 +81,11 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         )
     log.info("%s: cost %.6g, peak %s, %.3f s", method, plan.cost, format_bytes(plan.peak_memory), elapsed)
     return dataclasses.replace(plan, solve_time=elapsed, budget=budget_bytes)
+
+
+def _budget_bytes(graph: Graph, budget: int | float | str) -> int:
+    """Bytes from a budget as `checkmate.compile` reads it (a fraction is of checkpoint_all's peak), and 0 bytes."""
+    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
+        return parse_bytes(int(budget))
+    resolved = parse_budget(budget)
+    return resolved if isinstance(resolved, int) else resolve_budget(resolved, checkpoint_all(graph, None).peak_memory)

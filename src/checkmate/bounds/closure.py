@@ -231,7 +231,8 @@ def solve_stage(
     scaled by a power of two for the solver (an exact division) and scaled back."""
     unit = 2.0 ** math.ceil(math.log2(max(float(problem.c.max(initial=0.0)), 1e-300)))
     solution = lp_backend().solve(
-        dataclasses.replace(problem, c=problem.c / unit), SolveOptions(time_limit=time_limit, mip_gap=1e-9, should_stop=should_stop),
+        dataclasses.replace(problem, c=problem.c / unit),
+        SolveOptions(time_limit=time_limit, mip_gap=1e-9, should_stop=should_stop),
     )
     if solution.status is SolveStatus.INFEASIBLE:
         return None, True, None

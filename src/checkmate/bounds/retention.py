@@ -153,6 +153,7 @@ def retention_bound(
     covered = _encode(graph, budget) if cover else None
     adds_rows = covered is not None and covered.cover.num_columns > 0
     variables = 0 if covered is None else covered.problem.num_variables
+
     def stopped() -> bool:
         return should_stop is not None and should_stop()
 
