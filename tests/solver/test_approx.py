@@ -86,8 +86,10 @@ def test_the_time_limit_is_for_the_whole_call_and_the_best_plan_so_far_comes_bac
 def test_a_caller_s_control_is_used_and_a_stop_before_any_plan_says_so() -> None:
     control = SearchControl(time_limit=60.0)
     control.request_stop()
+    graph = random_training_graph(60, seed=0)  # no baseline fits half its peak (one that fits would be the answer)
+    half = checkmate.solve(graph, None).peak_memory // 2
     with pytest.raises(checkmate.InfeasibleBudget, match="interrupted"):
-        checkmate.solve(linear_graph(12), 4, method="approx", control=control)
+        checkmate.solve(graph, half, method="approx", control=control)
     with pytest.raises(checkmate.InfeasibleBudget, match="time limit"):
         checkmate.solve(linear_graph(12), 4, method="approx", time_limit=0.0)
 
