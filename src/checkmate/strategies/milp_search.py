@@ -2,12 +2,13 @@
 
 Before the MIP: the starting plans (`checkmate.strategies.starts`: best baseline and the retention bound's answer,
 each improved by hold_more) and `approx`'s LP rounding (`checkmate.strategies.lp_rounding`; its LP is the LP bound).
-When a bound already meets the best start's cost, that start is proven optimal without branching (this
+When a bound already meets the best start's cost (within `mip_gap`), that start is the answer without branching (this
 formulation's LP and the retention bound are tight on chains). The MIP is warm-started from the best start, so the
 search is never worse than the baselines or `approx` given the same time.
 
-A time-limited solve never returns worse than that warm start, and the status is "optimal" only when a bound proves
-it (within `mip_gap`; the MIP's own bound only on an exactly scaled model).
+A time-limited solve never returns worse than that warm start. The search stops when a bound meets the plan within
+`mip_gap`, but the status is "optimal" only when the bound meets its cost (`checkmate.plan.proven_status`; the MIP's
+own bound counts only on an exactly scaled model); otherwise the plan's `gap` says how far it may be.
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def solve_milp(
         control.report(f"{phase}: LP bound", bound=lp_bound)
     first_bound = max(starts.bound, lp_bound or starts.bound)
     if fallback is not None and policy.meets(fallback.cost, first_bound, settings.mip_gap):
-        log.info("the bound %.6g proves the starting plan optimal", first_bound)
-        return final_plan(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
+        final = final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
+        log.info("the starting plan is %s (bound %.6g): no MILP", final.describe(), first_bound)
+        return final
     scale = memory_scale(graph, settings.memory_resolution)
     problem, index = encode(
         graph,
@@ -106,7 +108,7 @@ def solve_milp(
         log.info("%s: too little time left to load the MILP; the best start is the answer", phase)
         if fallback is None:
             raise _nothing_found(graph, budget, None, control.time_limit, message_time, method)
-        return final_plan(graph, budget, fallback, proven=False, bound=first_bound, started=started, method=method)
+        return final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
     options = SolveOptions(
         time_limit=policy.solver_time_limit(control.remaining(), problem.num_variables),
         mip_gap=settings.mip_gap,
@@ -124,14 +126,7 @@ def solve_milp(
     plan = _best_plan(graph, budget, solution, index, fallback, method)
     if plan is None:
         raise _nothing_found(graph, budget, solution, control.time_limit, message_time, method)
-    proven = (
-        solution.status is SolveStatus.OPTIMAL
-        and scale.exact
-        and plan.cost <= (solution.objective or np.inf) + policy.solver_tolerance
-    )
-    final = final_plan(
-        graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method
-    )
+    final = final_plan(graph, budget, plan, bound=max(bounds, default=None), started=started, method=method)
     control.report(phase, cost=final.cost, bound=final.lower_bound)
     return final
 
