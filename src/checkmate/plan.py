@@ -24,7 +24,7 @@ OPTIMALITY_TOLERANCE = 1e-6
 
 
 def proven_status(cost: float, bound: float | None) -> PlanStatus:
-    """"optimal" when the proven lower `bound` meets `cost` within OPTIMALITY_TOLERANCE, else "feasible"."""
+    """ "optimal" when the proven lower `bound` meets `cost` within OPTIMALITY_TOLERANCE, else "feasible"."""
     meets = bound is not None and cost <= bound + OPTIMALITY_TOLERANCE * abs(bound) + 1e-12
     return "optimal" if meets else "feasible"
 

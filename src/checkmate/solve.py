@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import numbers
@@ -14,13 +15,17 @@ from checkmate.errors import InvalidArgument, InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import SearchControl, stop_on_interrupt
+from checkmate.progress_lines import INTERVAL, progress_lines
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.registry import call_strategy, check_options, option_names
 from checkmate.units import format_bytes, parse_budget, parse_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
-SEARCH_OPTIONS = ("time_limit", "progress")  # taken by `solve` for a method that searches, as its SearchControl
+# Taken by `solve` for a method that searches: its SearchControl's limit and callback, and the progress lines.
+SEARCH_OPTIONS = ("time_limit", "progress", "progress_interval")
+# Options that change what a search shows, never its plan.
+DISPLAY_OPTIONS = ("progress", "progress_interval")
 
 
 def check_solve_options(method: str, options: Mapping[str, Any]) -> None:
@@ -30,10 +35,20 @@ def check_solve_options(method: str, options: Mapping[str, Any]) -> None:
         value = options.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
             raise InvalidArgument(f"{name} must be a number >= 0 (or None), got {value!r}")
-    searching = _searches(method) and "control" not in options
-    check_options(
-        method, {name: value for name, value in options.items() if not (searching and name in SEARCH_OPTIONS)}
-    )
+    progress = options.get("progress")
+    if not (progress is None or progress is False or callable(progress)):
+        raise InvalidArgument(f"progress must be a callable, False or None, got {progress!r}")
+    interval = options.get("progress_interval", INTERVAL)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
+        raise InvalidArgument(f"progress_interval must be a number of seconds > 0, got {interval!r}")
+    check_options(method, _method_options(method, options))
+
+
+def _method_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` less those `solve` takes itself: SEARCH_OPTIONS for a method that searches, DISPLAY_OPTIONS (which
+    show nothing for a method that does not search) for the others."""
+    taken = SEARCH_OPTIONS if _searches(method) and "control" not in options else DISPLAY_OPTIONS
+    return {name: value for name, value in options.items() if name not in taken}
 
 
 def _searches(method: str) -> bool:
@@ -51,8 +66,10 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
             memory included; None for no limit.
         method: a name from `checkmate methods` (for example "checkpoint_all", "chen_greedy", "optimal").
         **options: options of that method. A method that searches (optimal, approx) takes `time_limit`, the
-            seconds for the whole call, and `progress`, a callback given `checkmate.progress.Progress` snapshots;
-            while it runs in the main thread, Ctrl-C stops the search and the best plan so far is returned.
+            seconds for the whole call, and `progress`: a callback given `checkmate.progress.Progress` snapshots;
+            None (the default) for a line every `progress_interval` seconds (5) on stderr, or in the log when
+            logging is configured (`checkmate.progress_lines`); False for neither. While it runs in the main
+            thread, Ctrl-C stops the search and the best plan so far is returned.
 
     Returns:
         A Plan whose simulated peak is within the budget.
@@ -66,11 +83,14 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
     budget_bytes = None if budget is None else _budget_bytes(graph, budget)
     started = time.perf_counter()
     if _searches(method) and "control" not in options:
-        control = SearchControl(time_limit=options.pop("time_limit", None), callback=options.pop("progress", None))
-        with stop_on_interrupt(control):
+        progress = options.pop("progress", None)
+        interval = options.pop("progress_interval", INTERVAL)
+        control = SearchControl(time_limit=options.pop("time_limit", None), callback=progress or None)
+        lines = progress_lines(control, float(graph.costs.sum()), interval=interval) if progress is None else None
+        with stop_on_interrupt(control), lines or contextlib.nullcontext():
             plan = call_strategy(method, graph, budget_bytes, {**options, "control": control})
     else:
-        plan = call_strategy(method, graph, budget_bytes, options)
+        plan = call_strategy(method, graph, budget_bytes, _method_options(method, options))
     elapsed = time.perf_counter() - started
     if budget_bytes is not None and plan.peak_memory > budget_bytes:
         # Every strategy raises InfeasibleBudget itself when it cannot fit; a plan over the budget is a bug, and

@@ -24,7 +24,7 @@ from checkmate.execute.program import Program
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
-from checkmate.solve import solve
+from checkmate.solve import DISPLAY_OPTIONS, solve
 from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
@@ -195,7 +195,7 @@ def _cached_solve(
         graph,
         budget=budget,
         method=settings.method,
-        options=options,
+        options={name: value for name, value in options.items() if name not in DISPLAY_OPTIONS},
         cost_model=captured.cost_model,
         device=captured.device,
     )
