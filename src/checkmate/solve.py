@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
-from checkmate.errors import InvalidArgument, InvalidSchedule
+from checkmate.errors import InfeasibleBudget, InvalidArgument, InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import SearchControl, stop_on_interrupt
 from checkmate.progress_lines import INTERVAL, progress_lines
 from checkmate.strategies.checkpoint_all import checkpoint_all
+from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.strategies.registry import call_strategy, check_options, option_names
 from checkmate.units import format_bytes, parse_budget, parse_bytes, resolve_budget
 
@@ -80,17 +81,14 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         InvalidSchedule: the method returned a plan over the budget (a bug of the method, never a budget's fault).
     """
     check_solve_options(method, options)
-    budget_bytes = None if budget is None else _budget_bytes(graph, budget)
+    fraction, no_remat_peak, budget_bytes = _budget_bytes(graph, budget)
     started = time.perf_counter()
-    if _searches(method) and "control" not in options:
-        progress = options.pop("progress", None)
-        interval = options.pop("progress_interval", INTERVAL)
-        control = SearchControl(time_limit=options.pop("time_limit", None), callback=progress or None)
-        lines = progress_lines(control, float(graph.costs.sum()), interval=interval) if progress is None else None
-        with stop_on_interrupt(control), lines or contextlib.nullcontext():
-            plan = call_strategy(method, graph, budget_bytes, {**options, "control": control})
-    else:
-        plan = call_strategy(method, graph, budget_bytes, _method_options(method, options))
+    try:
+        plan = _planned(graph, budget_bytes, method, options)
+    except InfeasibleBudget as error:
+        if fraction is None:
+            raise
+        raise in_fraction_of_peak(error, fraction, no_remat_peak) from None
     elapsed = time.perf_counter() - started
     if budget_bytes is not None and plan.peak_memory > budget_bytes:
         # Every strategy raises InfeasibleBudget itself when it cannot fit; a plan over the budget is a bug, and
@@ -103,9 +101,27 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
     return dataclasses.replace(plan, solve_time=elapsed, budget=budget_bytes)
 
 
-def _budget_bytes(graph: Graph, budget: int | float | str) -> int:
-    """Bytes from a budget as `checkmate.compile` reads it (a fraction is of checkpoint_all's peak), and 0 bytes."""
+def _planned(graph: Graph, budget_bytes: int | None, method: str, options: dict[str, Any]) -> Plan:
+    """The method's plan; a method that searches gets a SearchControl, Ctrl-C handling and progress lines."""
+    if _searches(method) and "control" not in options:
+        progress = options.pop("progress", None)
+        interval = options.pop("progress_interval", INTERVAL)
+        control = SearchControl(time_limit=options.pop("time_limit", None), callback=progress or None)
+        lines = progress_lines(control, float(graph.costs.sum()), interval=interval) if progress is None else None
+        with stop_on_interrupt(control), lines or contextlib.nullcontext():
+            return call_strategy(method, graph, budget_bytes, {**options, "control": control})
+    return call_strategy(method, graph, budget_bytes, _method_options(method, options))
+
+
+def _budget_bytes(graph: Graph, budget: int | float | str | None) -> tuple[float | None, int, int | None]:
+    """A budget as `checkmate.compile` reads it: (the fraction given or None, the peak it is a fraction of (0 when
+    none was given), bytes or None for no limit)."""
+    if budget is None:
+        return None, 0, None
     if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
-        return parse_bytes(int(budget))
+        return None, 0, parse_bytes(int(budget))
     resolved = parse_budget(budget)
-    return resolved if isinstance(resolved, int) else resolve_budget(resolved, checkpoint_all(graph, None).peak_memory)
+    if isinstance(resolved, int):
+        return None, 0, resolved
+    peak = checkpoint_all(graph, None).peak_memory
+    return resolved, peak, resolve_budget(resolved, peak)

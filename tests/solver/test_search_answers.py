@@ -4,6 +4,7 @@ second of a stop, and never worse than the approx or baselines it ran; its argum
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -13,6 +14,7 @@ import checkmate
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.progress import SearchControl
 from checkmate.strategies.warm_start import best_baseline
+from checkmate.units import format_bytes
 
 
 def _peak(graph: checkmate.Graph) -> int:
@@ -95,3 +97,25 @@ def test_solve_reads_a_fraction_as_compile_does() -> None:
     graph = linear_graph(10)
     assert checkmate.solve(graph, 0.5, method="chen_greedy").peak_memory <= _peak(graph) // 2
     assert checkmate.solve(graph, 0.5, method="chen_greedy").budget == _peak(graph) // 2
+
+
+def _named_fraction(error: checkmate.InfeasibleBudget) -> float:
+    found = re.search(r"\(([0-9.]+) of the peak\)", str(error))
+    assert found is not None, str(error)
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("method", ["chen_sqrtn", "optimal"])
+def test_an_infeasible_fraction_is_named_with_its_bytes_and_the_fraction_that_works(method: str) -> None:
+    graph = linear_graph(10)
+    peak = _peak(graph)
+    with pytest.raises(checkmate.InfeasibleBudget) as caught:
+        checkmate.solve(graph, 0.1, method=method)
+    error = caught.value
+    assert error.budget == int(0.1 * peak) and error.minimum is not None and error.minimum > error.budget
+    assert f"budget 0.1 of the no-recomputation peak {format_bytes(peak)} ({format_bytes(error.budget)})" in str(error)
+    works = _named_fraction(error)
+    assert checkmate.solve(graph, works, method=method).peak_memory <= int(works * peak)
+    with pytest.raises(checkmate.InfeasibleBudget) as in_bytes:
+        checkmate.solve(graph, error.budget, method=method)
+    assert "of the no-recomputation peak" not in str(in_bytes.value), "bytes given, bytes named"

@@ -25,13 +25,14 @@ from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import DISPLAY_OPTIONS, solve
+from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
 from checkmate.training.capture_options import CaptureOptions
 from checkmate.training.executors import CaptureChoice, capture_choices, prepare_executor, traced_loss
-from checkmate.units import format_bytes, resolve_budget
+from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,13 @@ def _plan_capture(
         format_bytes(budget),
         settings.method,
     )
-    plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+    try:
+        plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+    except InfeasibleBudget as error:
+        fraction = parse_budget(settings.budget)
+        if not isinstance(fraction, float):
+            raise
+        raise in_fraction_of_peak(error, fraction, no_remat.peak_memory) from None
     return Compiled(
         captured,
         program,
