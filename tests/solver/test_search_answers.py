@@ -12,7 +12,12 @@ import pytest
 
 import checkmate
 from checkmate.examples import linear_graph, random_training_graph
+from checkmate.milp.formulation import encode
+from checkmate.milp.problem import MilpProblem
+from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.progress import SearchControl
+from checkmate.strategies import milp_search
+from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import best_baseline
 from checkmate.units import format_bytes
 
@@ -119,3 +124,20 @@ def test_an_infeasible_fraction_is_named_with_its_bytes_and_the_fraction_that_wo
     with pytest.raises(checkmate.InfeasibleBudget) as in_bytes:
         checkmate.solve(graph, error.budget, method=method)
     assert "of the no-recomputation peak" not in str(in_bytes.value), "bytes given, bytes named"
+
+
+def test_time_the_milp_cannot_use_goes_to_the_rounding() -> None:
+    """When what the rounding's share leaves is too little to load the MILP, the rounding gets all the time left:
+    its plan is then `optimal`'s answer (where no baseline fits, the only one), as `approx` would find it."""
+    large = encode_graph(random_training_graph(79, seed=0), 0.3)  # 60k variables: 2 s to load, more than 20 % of 6 s
+    small = encode_graph(random_training_graph(10, seed=0), 0.3)
+    control = SearchControl(time_limit=6.0)
+    assert milp_search._rounding_time(control, large, POLICY) == pytest.approx(6.0, abs=0.2)
+    assert milp_search._rounding_time(control, small, POLICY) == pytest.approx(POLICY.rounding_share * 6.0, abs=0.2)
+    assert milp_search._rounding_time(SearchControl(), large, POLICY) is None
+
+
+def encode_graph(graph: checkmate.Graph, fraction: float) -> MilpProblem:
+    scale = memory_scale(graph, DEFAULT_RESOLUTION)
+    budget = int(fraction * _peak(graph))
+    return encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)[0]

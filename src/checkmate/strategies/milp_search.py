@@ -84,7 +84,15 @@ def solve_milp(
         message_time=message_time,
         policy=policy,
     )
-    rounded = None if control.stopped else _rounded(graph, budget, control, settings.seed, policy)
+    scale = memory_scale(graph, settings.memory_resolution)
+    problem, index = encode(
+        graph,
+        scale.budget_units(budget, graph.fixed_memory),
+        scale,
+        recompute_backward=settings.recompute_backward,
+    )
+    rounding = control.child(_rounding_time(control, problem, policy))
+    rounded = None if control.stopped else _rounded(graph, budget, rounding, settings.seed, policy)
     fallback = cheapest_fitting((starts.best, rounded), budget)
     lp_bound = rounded.lower_bound if rounded is not None else None  # approx's LP: the paper's relaxation
     if lp_bound is not None:
@@ -94,13 +102,6 @@ def solve_milp(
         final = final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
         log.info("the starting plan is %s (bound %.6g): no MILP", final.describe(), first_bound)
         return final
-    scale = memory_scale(graph, settings.memory_resolution)
-    problem, index = encode(
-        graph,
-        scale.budget_units(budget, graph.fixed_memory),
-        scale,
-        recompute_backward=settings.recompute_backward,
-    )
     log.info(
         "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
     )
@@ -131,14 +132,25 @@ def solve_milp(
     return final
 
 
+def _rounding_time(control: SearchControl, problem: MilpProblem, policy: SearchPolicy) -> float | None:
+    """The rounding's time: `rounding_share` of what is left, or all of it when the rest would be too little to load
+    the MILP (time the MILP cannot use goes to the rounding, whose plan is then the answer)."""
+    share = control.share(policy.rounding_share)
+    left = control.remaining()
+    if share is None or left is None or not policy.too_little_time(left - share, problem.num_variables):
+        return share
+    log.info("too little time for the MILP after the rounding: the rounding gets all %.1f s left", left)
+    return left
+
+
 def _rounded(graph: Graph, budget: int, control: SearchControl, seed: int, policy: SearchPolicy) -> Plan | None:
-    """`approx`'s rounding on this graph within a share of the time: its plan is a start, its LP bound a bound (so
-    the MILP search is never worse than `approx`, which on small graphs often finds the optimum before the MIP)."""
+    """`approx`'s rounding on this graph in `control`'s time: its plan is a start, its LP bound a bound (so the MILP
+    search is never worse than `approx`, which on small graphs often finds the optimum before the MIP)."""
     try:
         return round_relaxation(
             graph,
             budget,
-            control.child(control.share(policy.rounding_share)),
+            control,
             RoundingSettings(seed=seed),
             method="approx",
             message_time=0.0,
