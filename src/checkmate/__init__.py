@@ -3,6 +3,8 @@
 The core (graph, plan, simulate, strategies) imports no torch; `capture` and `compile` do, lazily.
 """
 
+import ast
+import os
 from typing import Any
 
 from checkmate.captured import Captured
@@ -50,6 +52,26 @@ def compile(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Any:
     from checkmate.compile_step import compile as compile_training_step
 
     return compile_training_step(model, loss_fn, batch, **options)
+
+
+def _docstring(path: str, function: str) -> str | None:
+    """The docstring of `function` in the module at `path` (relative to this package), read from its source without
+    importing it (its package imports torch)."""
+    try:
+        with open(os.path.join(os.path.dirname(__file__), path), encoding="utf-8") as source:
+            tree = ast.parse(source.read())
+    except OSError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return ast.get_docstring(node)
+    return None
+
+
+# help(checkmate.compile) and the others show the full documentation of the function they call.
+capture.__doc__ = _docstring("torch_capture/__init__.py", "capture") or capture.__doc__
+backend.__doc__ = _docstring("inductor/backend.py", "backend") or backend.__doc__
+compile.__doc__ = _docstring("compile_step.py", "compile") or compile.__doc__
 
 
 def max_batch(factory: Any, memory: int | str, **options: Any) -> MaxBatch:

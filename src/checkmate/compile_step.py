@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from torch import nn
 
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
 from checkmate.solve import check_solve_options
+from checkmate.torch_capture import check_gradient_memory
+from checkmate.torch_capture.costs import COST_MODELS
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import MEASURE_CHOICES, CompiledStep
 from checkmate.training.executors import capture_options, check_executor
 from checkmate.training.planning import Settings, plan_step, signature_of
+from checkmate.units import parse_budget
 
 DEFAULT_TIME_LIMIT = 120.0
 TIMED_METHODS = ("optimal", "approx")
@@ -35,6 +38,12 @@ TIMED_METHODS = ("optimal", "approx")
 DEFAULT_GAP = 0.01
 
 
+def check_cost_model_choice(cost_model: str) -> None:
+    """InvalidArgument unless `cost_model` is one of COST_MODELS."""
+    if cost_model not in COST_MODELS:
+        raise InvalidArgument(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
+
+
 def compile(
     model: nn.Module,
     loss_fn: LossFunction,
@@ -42,13 +51,13 @@ def compile(
     *,
     budget: int | float | str,
     method: str = "optimal",
-    cost_model: str = "profile",
+    cost_model: Literal["profile", "flops", "unit"] = "profile",
     max_nodes: int | None = None,
     cache: bool = True,
     replan: bool = True,
-    measure_memory: str = "first",
-    gradient_memory: str = "whole_step",
-    executor: str = "eager",
+    measure_memory: Literal["first", "every", "never"] = "first",
+    gradient_memory: Literal["whole_step", "when_made"] = "whole_step",
+    executor: Literal["eager", "inductor"] = "eager",
     channels_last: bool | None = None,
     planning_time_limit: float | None = None,
     **solve_options: Any,
@@ -103,8 +112,10 @@ def compile(
             and generating the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and
             "approx" the time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang, and
             "optimal" stops once its plan is proven within DEFAULT_GAP (1 %) of its lower bound (`mip_gap`; pass
-            `mip_gap=1e-4` to search on). The plan is the best found, and `step.plan.status` says whether it was
-            proven optimal within that gap (`step.plan.gap`).
+            `mip_gap=1e-4` to search on). The plan is the best found; `step.plan.status` is "optimal" only when
+            its lower bound meets its cost, and `step.plan.gap` says how close it is otherwise. A search shows a
+            progress line every 5 s on stderr (in the log, when the program configures logging); `progress=False`,
+            or a level above INFO on the "checkmate" logger, silences it (`checkmate.progress_lines`).
 
     Returns:
         A CompiledStep; call it with a batch.
@@ -120,6 +131,9 @@ def compile(
         >>> step = checkmate.compile(model, loss_fn, (x, y), budget=0.5, time_limit=30)
         >>> loss = step(x, y)
     """
+    parse_budget(budget)
+    check_cost_model_choice(cost_model)
+    check_gradient_memory(gradient_memory)
     if measure_memory not in MEASURE_CHOICES:
         raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
     check_executor(executor)
@@ -128,8 +142,8 @@ def compile(
         solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
     if method == "optimal":
         solve_options.setdefault("mip_gap", DEFAULT_GAP)
-    if planning_time_limit is not None and planning_time_limit < 0:
-        raise InvalidArgument(f"planning_time_limit must be at least 0 seconds, got {planning_time_limit}")
+    if planning_time_limit is not None and not planning_time_limit >= 0:
+        raise InvalidArgument(f"planning_time_limit must be at least 0 seconds (or None), got {planning_time_limit}")
     settings = Settings(
         budget=budget,
         method=method,

@@ -167,6 +167,7 @@ class Graph:
             raise InvalidGraph(f"graph JSON does not parse: {error}") from None
         if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
             raise InvalidGraph('graph JSON must be an object with a "nodes" list (and optional "fixed_memory")')
+        _known_keys("the graph", data, _GRAPH_KEYS)
         nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
         stage_held = tuple(_whole_bytes(value) for value in data.get("stage_held", ()))
         return cls(tuple(nodes), fixed_memory=_whole_bytes(data.get("fixed_memory", 0)), stage_held=stage_held)
@@ -189,6 +190,18 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
     return entry
 
 
+# Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
+MAX_TOTAL_BYTES = 2**62
+_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held")
+_NODE_KEYS = ("name", "cost", "memory", "backward", "inputs", "workspace", "recompute_workspace", "retained")
+
+
+def _known_keys(what: str, entry: dict[str, Any], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise InvalidGraph(f"{what} has the unknown key(s) {unknown}; the keys it takes: {', '.join(known)}")
+
+
 def _whole_bytes(value: Any) -> Any:
     """JSON writers may turn integers into floats such as 1024.0; take those back as integers."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -200,14 +213,20 @@ def _node_from_dict(index: int, entry: Any) -> Node:
     missing = {"name", "cost", "memory"} - entry.keys()
     if missing:
         raise InvalidGraph(f"node {index} lacks the field(s) {sorted(missing)}")
+    _known_keys(f"node {index} ({entry['name']!r})", entry, _NODE_KEYS)
+    if not isinstance(entry["name"], str):
+        raise InvalidGraph(f"node {index}: name must be a string, got {entry['name']!r}")
+    backward = entry.get("backward", False)
+    if not isinstance(backward, bool):
+        raise InvalidGraph(f"node {index} ({entry['name']!r}): backward must be true or false, got {backward!r}")
     inputs = entry.get("inputs", [])
     if not isinstance(inputs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in inputs):
         raise InvalidGraph(f"node {index} ({entry['name']!r}): inputs must be a list of node indices")
     return Node(
-        name=str(entry["name"]),
+        name=entry["name"],
         cost=entry["cost"],
         memory=_whole_bytes(entry["memory"]),
-        backward=bool(entry.get("backward", False)),
+        backward=backward,
         inputs=tuple(inputs),
         workspace=_whole_bytes(entry.get("workspace", 0)),
         recompute_workspace=_whole_bytes(entry.get("recompute_workspace")),
@@ -218,6 +237,7 @@ def _node_from_dict(index: int, entry: Any) -> Node:
 def _validate(graph: Graph) -> None:
     if not _is_byte_count(graph.fixed_memory):
         raise InvalidGraph(f"fixed_memory must be an integer number of bytes >= 0, got {graph.fixed_memory!r}")
+
     if not graph.nodes:
         raise InvalidGraph("the graph has no nodes: a training step needs at least one op")
     if graph.stage_held and (
@@ -252,6 +272,13 @@ def _validate(graph: Graph) -> None:
                 )
             if source < 0:
                 raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")
+    total = graph.fixed_memory + max(graph.stage_held, default=0)
+    total += sum(node.memory + node.workspace + (node.recompute_workspace or 0) + node.retained for node in graph.nodes)
+    if total > MAX_TOTAL_BYTES:
+        raise InvalidGraph(
+            f"the graph's sizes add up to {total} bytes, over the {MAX_TOTAL_BYTES} (2^62) that its accounting "
+            "takes: give sizes in bytes"
+        )
 
 
 def _is_byte_count(value: Any) -> bool:

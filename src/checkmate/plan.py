@@ -6,12 +6,36 @@ import heapq
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
 
 from checkmate.graph import Graph
 from checkmate.simulate import lower
+
+# "optimal": a proven lower bound meets the plan's cost (within OPTIMALITY_TOLERANCE); "feasible": it fits, and its
+# `gap` says how far from the best bound known it may be.
+PlanStatus = Literal["optimal", "feasible"]
+PLAN_STATUSES: tuple[PlanStatus, ...] = ("optimal", "feasible")
+# The relative gap under which a plan counts as proven optimal: what solvers' own tolerances leave (a plan within a
+# requested `mip_gap` of 1 % is "feasible", its gap shown).
+OPTIMALITY_TOLERANCE = 1e-6
+
+
+def proven_status(cost: float, bound: float | None) -> PlanStatus:
+    """ "optimal" when the proven lower `bound` meets `cost` within OPTIMALITY_TOLERANCE, else "feasible"."""
+    meets = bound is not None and cost <= bound + OPTIMALITY_TOLERANCE * abs(bound) + 1e-12
+    return "optimal" if meets else "feasible"
+
+
+def describe_status(status: PlanStatus, gap: float | None) -> str:
+    """The status in words: "proven optimal", "within 0.87 % of the lower bound", or that no bound is known."""
+    if status == "optimal":
+        return "proven optimal"
+    if gap is None:
+        return "feasible, no lower bound known"
+    return f"within {100 * gap:.2g} % of the lower bound"
 
 
 @dataclass(frozen=True)
@@ -26,7 +50,7 @@ class Plan:
         method: the strategy that made the plan.
         solve_time: seconds the strategy took.
         budget: the budget in bytes the plan was made for, or None for no limit.
-        status: "optimal" only when a solver proved it; otherwise "feasible".
+        status: "optimal" only when a proven lower bound meets its cost; otherwise "feasible" (`describe_status`).
         lower_bound: a proven lower bound on the cost of any plan within the budget, when known.
         gap: relative gap (cost - lower_bound) / cost, when a lower bound is known.
     """
@@ -38,9 +62,13 @@ class Plan:
     method: str
     solve_time: float = 0.0
     budget: int | None = None
-    status: str = "feasible"
+    status: PlanStatus = "feasible"
     lower_bound: float | None = None
     gap: float | None = None
+
+    def describe(self) -> str:
+        """The status in words (`describe_status`)."""
+        return describe_status(self.status, self.gap)
 
     @property
     def recomputes(self) -> bool:
@@ -77,9 +105,21 @@ class Plan:
             method=data["method"],
             solve_time=data.get("solve_time", 0.0),
             budget=data.get("budget"),
-            status=data.get("status", "feasible"),
+            status=_stored_status(data),
             lower_bound=data.get("lower_bound"),
         )
+
+
+def _stored_status(data: dict[str, object]) -> PlanStatus:
+    """A stored plan's status, as strict as a new one's: files written before "optimal" meant a gap within
+    OPTIMALITY_TOLERANCE (it meant within the solve's `mip_gap`) say "optimal" at a gap; those read "feasible"."""
+    status = data.get("status", "feasible")
+    if status not in PLAN_STATUSES:
+        return "feasible"
+    gap = data.get("gap")
+    if status == "optimal" and isinstance(gap, (int, float)) and gap > OPTIMALITY_TOLERANCE:
+        return "feasible"
+    return cast(PlanStatus, status)
 
 
 def make_plan(
@@ -90,7 +130,7 @@ def make_plan(
     method: str,
     solve_time: float = 0.0,
     budget: int | None = None,
-    status: str = "feasible",
+    status: PlanStatus = "feasible",
     lower_bound: float | None = None,
 ) -> Plan:
     """Simulate (R, S) on `graph` and wrap it as a Plan. Every strategy builds its plans through here."""

@@ -71,6 +71,7 @@ class SearchControl:
         time_limit: seconds for the whole call, or None.
         callback: called with every Progress, or None.
         started: time.perf_counter() at the start of the call.
+        best_cost, bound, phase: the best cost and bound reported so far, and the phase last reported.
     """
 
     time_limit: float | None = None
@@ -78,6 +79,7 @@ class SearchControl:
     started: float = field(default_factory=time.perf_counter)
     best_cost: float | None = None
     bound: float | None = None
+    phase: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
     _logs: bool = True
     _last_log: float = -float("inf")
@@ -107,6 +109,10 @@ class SearchControl:
         """True when a stop was requested (not merely the time limit reached)."""
         return self._stop.is_set()
 
+    def snapshot(self) -> Progress:
+        """Where the search stands now (safe to call from another thread)."""
+        return Progress(self.elapsed, self.phase, self.best_cost, self.bound, self.time_limit)
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -133,7 +139,8 @@ class SearchControl:
             self.best_cost = cost
         if bound is not None and (self.bound is None or bound > self.bound):
             self.bound = bound
-        snapshot = Progress(self.elapsed, phase, self.best_cost, self.bound, self.time_limit)
+        self.phase = phase
+        snapshot = self.snapshot()
         if self._logs and (phase != self._last_phase or snapshot.elapsed - self._last_log >= LOG_INTERVAL):
             self._last_log, self._last_phase = snapshot.elapsed, phase
             log.info("%s", snapshot.describe())

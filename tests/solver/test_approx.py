@@ -19,6 +19,7 @@ from checkmate.simulate import lower
 from checkmate.strategies.local_search import LocalSearch
 from checkmate.strategies.lp_rounding import RoundingSettings, _roundings
 from checkmate.strategies.policy import POLICY
+from checkmate.strategies.warm_start import best_baseline
 
 # A forward DAG with skips (each node reads its predecessor and some earlier nodes), costs and sizes 1-9.
 DAG = training_graph(
@@ -86,10 +87,13 @@ def test_the_time_limit_is_for_the_whole_call_and_the_best_plan_so_far_comes_bac
 def test_a_caller_s_control_is_used_and_a_stop_before_any_plan_says_so() -> None:
     control = SearchControl(time_limit=60.0)
     control.request_stop()
+    graph = random_training_graph(60, seed=0)  # no baseline fits half its peak (one that fits would be the answer)
+    half = checkmate.solve(graph, None).peak_memory // 2
+    assert best_baseline(graph, half) is None
     with pytest.raises(checkmate.InfeasibleBudget, match="interrupted"):
-        checkmate.solve(linear_graph(12), 4, method="approx", control=control)
+        checkmate.solve(graph, half, method="approx", control=control)
     with pytest.raises(checkmate.InfeasibleBudget, match="time limit"):
-        checkmate.solve(linear_graph(12), 4, method="approx", time_limit=0.0)
+        checkmate.solve(graph, half, method="approx", time_limit=0.0)
 
 
 def test_approx_is_reproducible_for_a_seed_and_seeds_change_the_randomized_rounding() -> None:

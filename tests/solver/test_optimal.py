@@ -158,4 +158,4 @@ def test_a_baseline_that_builds_an_invalid_schedule_is_a_bug_not_a_skipped_start
     with pytest.raises(checkmate.InvalidSchedule, match=r"\(1c\)"):
         best_baseline(graph, None)
     with pytest.raises(checkmate.InvalidSchedule):
-        checkmate.solve(graph, 9, method="optimal", time_limit=5)
+        checkmate.solve(graph, 7, method="optimal", time_limit=5)  # one below the no-recomputation peak (8)

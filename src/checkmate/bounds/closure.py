@@ -44,6 +44,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,6 +94,7 @@ def closure_bound(
     time_limit: float | None = None,
     stages: int = STAGES_TRIED,
     load_seconds_per_variable: float = 0.0,
+    should_stop: Callable[[], bool] | None = None,
 ) -> ClosureBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes (module doc).
 
@@ -104,6 +106,7 @@ def closure_bound(
         stages: how many of the stages with the tightest memory to try.
         load_seconds_per_variable: a stage's MILP is not handed to the solver when less time is left than this
             times its variables.
+        should_stop: polled by the solver and between stages; once it returns True, the stages left are not tried.
 
     Raises:
         InfeasibleBudget: when a stage's MILP is infeasible: no plan fits (`minimum` is None).
@@ -125,10 +128,10 @@ def closure_bound(
             continue
         problem = milp.problem
         limit = solver_time_limit(left, problem.num_variables, load_seconds_per_variable)
-        if limit is not None and limit <= 0:
+        if (limit is not None and limit <= 0) or (should_stop is not None and should_stop()):
             proven = False
             break
-        extra, solved, x = solve_stage(problem, limit)
+        extra, solved, x = solve_stage(problem, limit, should_stop)
         if extra is None:
             raise _infeasible(
                 graph,
@@ -220,13 +223,16 @@ def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return nodes[held], nodes[(x[nodes.size :] > 0.5) & ~held]
 
 
-def solve_stage(problem: MilpProblem, time_limit: float | None) -> tuple[float | None, bool, np.ndarray | None]:
+def solve_stage(
+    problem: MilpProblem, time_limit: float | None, should_stop: Callable[[], bool] | None = None
+) -> tuple[float | None, bool, np.ndarray | None]:
     """The MILP's proven extra cost (its dual bound when stopped by the clock; zero when it has none; None when the
     MILP is infeasible), whether it was solved to optimality, and its solution (None without one). Costs are
     scaled by a power of two for the solver (an exact division) and scaled back."""
     unit = 2.0 ** math.ceil(math.log2(max(float(problem.c.max(initial=0.0)), 1e-300)))
     solution = lp_backend().solve(
-        dataclasses.replace(problem, c=problem.c / unit), SolveOptions(time_limit=time_limit, mip_gap=1e-9)
+        dataclasses.replace(problem, c=problem.c / unit),
+        SolveOptions(time_limit=time_limit, mip_gap=1e-9, should_stop=should_stop),
     )
     if solution.status is SolveStatus.INFEASIBLE:
         return None, True, None

@@ -36,9 +36,11 @@ rounding weakens or invalidates the rows.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +115,7 @@ def retention_bound(
     time_limit: float | None = None,
     load_seconds_per_variable: float = 0.0,
     cover: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> RetentionBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes.
 
@@ -129,6 +132,7 @@ def retention_bound(
         load_seconds_per_variable: the second MILP is not solved when less time is left than this times its
             variables (the solver would overrun the limit loading it).
         cover: False solves the retention MILP alone (to measure what the input cover adds).
+        should_stop: polled by the solver; when it returns True the solves stop and what they proved counts.
 
     Raises:
         InfeasibleBudget: when no plan fits the budget: some node cannot run even with nothing else live, or the
@@ -144,20 +148,33 @@ def retention_bound(
         presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
         log.info("retention bound not solved: %.2f s is too little to presolve its MILP (%.2f s)", time_limit, presolve)
         return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
-    plain = _solved(graph, budget, encoded, time_limit)
+    plain = _solved(graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop))
     answers = [plain]
     covered = _encode(graph, budget) if cover else None
     adds_rows = covered is not None and covered.cover.num_columns > 0
     variables = 0 if covered is None else covered.problem.num_variables
-    if covered is not None and adds_rows and not too_little_time(left(), variables, load_seconds_per_variable):
+
+    def stopped() -> bool:
+        return should_stop is not None and should_stop()
+
+    def options(remaining: float | None) -> SolveOptions:
+        limit = solver_time_limit(remaining, variables, load_seconds_per_variable)
+        return SolveOptions(time_limit=limit, should_stop=should_stop)
+
+    if (
+        covered is not None
+        and adds_rows
+        and not stopped()
+        and not too_little_time(left(), variables, load_seconds_per_variable)
+    ):
         relaxation_started = time.perf_counter()
-        answers.append(_relaxed(covered, solver_time_limit(left(), variables, load_seconds_per_variable)))
+        answers.append(_relaxed(covered, options(left())))
         relaxation_seconds = time.perf_counter() - relaxation_started
         remaining = left()
-        if remaining is None or remaining >= MILP_HEADROOM * relaxation_seconds + MILP_MINIMUM_SECONDS:
-            answers.append(
-                _solved(graph, budget, covered, solver_time_limit(remaining, variables, load_seconds_per_variable))
-            )
+        if not stopped() and (
+            remaining is None or remaining >= MILP_HEADROOM * relaxation_seconds + MILP_MINIMUM_SECONDS
+        ):
+            answers.append(_solved(graph, budget, covered, options(remaining)))
     best = max(answers, key=lambda answer: answer.extra)
     log.info(
         "retention bound: +%.6g without the input cover, +%.6g with it (%s)",
@@ -184,20 +201,20 @@ class _Answer:
     held: np.ndarray | None
 
 
-def _relaxed(encoded: _Encoded, time_limit: float | None) -> _Answer:
+def _relaxed(encoded: _Encoded, options: SolveOptions) -> _Answer:
     """The LP relaxation of a retention MILP: a valid bound when it finishes (the trivial one otherwise), no answer."""
-    solution = lp_backend().solve(encoded.problem.relaxed(), SolveOptions(time_limit=time_limit))
+    solution = lp_backend().solve(encoded.problem.relaxed(), options)
     if solution.status is not SolveStatus.OPTIMAL or solution.objective is None:
         log.info("the retention LP relaxation did not finish; counting the trivial bound (each node once)")
         return _Answer(0.0, False, None)
     return _Answer(max(0.0, solution.objective) * encoded.cost_unit, False, None)
 
 
-def _solved(graph: Graph, budget: int, encoded: _Encoded, time_limit: float | None) -> _Answer:
+def _solved(graph: Graph, budget: int, encoded: _Encoded, options: SolveOptions) -> _Answer:
     gaps, problem = encoded.gaps, encoded.problem
     if problem.num_variables == 0:
         return _Answer(0.0, True, _held(graph, gaps, np.zeros(0)))
-    solution = lp_backend().solve(problem, SolveOptions(time_limit=time_limit, mip_gap=1e-9, mip_abs_gap=0.0))
+    solution = lp_backend().solve(problem, dataclasses.replace(options, mip_gap=1e-9, mip_abs_gap=0.0))
     if solution.status is SolveStatus.INFEASIBLE:
         raise _infeasible(graph, budget, "the retention MILP is infeasible: some value can be neither kept nor rebuilt")
     proven = solution.status is SolveStatus.OPTIMAL

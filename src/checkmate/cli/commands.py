@@ -237,7 +237,7 @@ def _solve(arguments: argparse.Namespace) -> int:
         plan = solve(graph, budget, method=arguments.method, **options)
     display.summarize(plan)
     reference = solve(graph, None, method=REFERENCE)
-    print(f"method:   {plan.method} ({plan.status}, {plan.solve_time:.2f} s)")
+    print(f"method:   {plan.method} ({plan.describe()}, {plan.solve_time:.2f} s)")
     ratio = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
     print(f"cost:     {plan.cost:.6g} ({ratio} the cost of {REFERENCE}, {reference.cost:.6g})")
     print(f"peak:     {format_bytes(plan.peak_memory)} ({plan.peak_memory} bytes)")

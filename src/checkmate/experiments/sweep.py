@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,13 +139,15 @@ def solve_task(task: SweepTask) -> SweepRow:
 def budget_grid(graph: Graph, points: int) -> list[int]:
     """`points` budgets evenly spaced from the smallest budget a plan was found for to checkpoint_all's peak.
 
-    The bottom is `checkmate.minimum_budget`'s upper end: the peak of the lowest plan it found (a baseline, or on
-    graphs of up to 200 nodes a MILP minimising the peak for up to 10 s), so every budget has at least one plan.
+    The bottom is `checkmate.minimum_budget`'s upper end with no time limit: on graphs of up to 200 nodes the
+    smallest peak of any plan (a MILP minimising the peak, solved to the end), on larger ones the lowest peak of the
+    baselines. Every budget has at least one plan, and the grid depends on the graph alone, never on the time a
+    search was given or the machine it ran on.
     """
     if points < 2:
         raise InvalidArgument(f"a sweep needs at least 2 budgets, got {points}")
     top = solve(graph, None, method=REFERENCE).peak_memory
-    bottom = min(minimum_budget(graph).upper or top, top)
+    bottom = min(minimum_budget(graph, time_limit=math.inf).upper or top, top)
     return sorted({int(budget) for budget in np.linspace(bottom, top, points).round()})
 
 

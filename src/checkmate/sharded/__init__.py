@@ -154,13 +154,15 @@ class ShardedStep(CompiledStep):
     def _replan(self, batch: Sequence[Any], signature: PlanKey) -> Compiled:
         if not self._settings.replan:
             return super()._replan(batch, signature)
-        log.info("a new batch signature: capturing and planning again on every rank")
-        planned = self._plan_shape(batch)
+        change = self._what_changed(signature)
+        log.info("%s: capturing and planning again on every rank", change)
+        planned = self._plan_shape(batch, change)
         self._compiled[signature] = planned
         return planned
 
-    def _plan_shape(self, batch: Sequence[Any]) -> Compiled:
-        """`batch`'s step planned on every rank (a collective call), with the units' calls placed."""
+    def _plan_shape(self, batch: Sequence[Any], change: str) -> Compiled:
+        """`batch`'s step planned on every rank (a collective call), with the units' calls placed; `change` says
+        what is new (the log on each rank said it already)."""
         return self._with_units(
             plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group), self._settings
         )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,7 +53,13 @@ class _Answer:
 
 
 def closure_start(
-    graph: Graph, budget: int, found: ClosureBound, *, method: str, time_limit: float | None = None
+    graph: Graph,
+    budget: int,
+    found: ClosureBound,
+    *,
+    method: str,
+    time_limit: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Plan | None:
     """The plan of the module doc from `found`'s answer, repaired while it peaks above `budget` and time is left
     (it may still exceed the budget: the caller checks); None when `found` has no answer."""
@@ -67,7 +74,7 @@ def closure_start(
     rows: list[tuple[np.ndarray, float]] = []
     for _ in range(REPAIR_ROUNDS):
         left = None if time_limit is None else time_limit - (time.perf_counter() - started)
-        if plan.peak_memory <= budget or (left is not None and left <= 0):
+        if plan.peak_memory <= budget or (left is not None and left <= 0) or (should_stop and should_stop()):
             break
         rows.append(_row(graph, plan, answer, milp.nodes, budget))
         coefficients = np.stack([row for row, _ in rows])
@@ -77,7 +84,7 @@ def closure_start(
             row_lower=np.concatenate([milp.problem.row_lower, [-rhs for _, rhs in rows]]),
             row_upper=np.full(milp.problem.row_lower.size + len(rows), np.inf),
         )
-        _, _, x = solve_stage(problem, left)
+        _, _, x = solve_stage(problem, left, should_stop)
         if x is None:
             break
         held, rebuilt = stage_answer(milp.nodes, x)

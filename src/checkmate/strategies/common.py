@@ -8,7 +8,7 @@ import numpy as np
 
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
+from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan, proven_status
 from checkmate.units import format_bytes
 
 
@@ -45,10 +45,9 @@ def cheapest_within(plans: list[Plan], budget: int | None, *, method: str) -> Pl
     return best
 
 
-def final_plan(
-    graph: Graph, budget: int, plan: Plan, *, proven: bool, bound: float | None, started: float, method: str
-) -> Plan:
-    """The plan as a search returns it: its method, time since `started`, status and bound (capped at its cost)."""
+def final_plan(graph: Graph, budget: int, plan: Plan, *, bound: float | None, started: float, method: str) -> Plan:
+    """The plan as a search returns it: its method, time since `started`, its proven lower `bound` (capped at its
+    cost) and the status that bound gives it ("optimal" only when it meets the cost: `proven_status`)."""
     final = make_plan(
         graph,
         plan.R,
@@ -56,7 +55,7 @@ def final_plan(
         method=method,
         solve_time=time.perf_counter() - started,
         budget=budget,
-        status="optimal" if proven else "feasible",
+        status=proven_status(plan.cost, bound),
         lower_bound=None if bound is None else min(bound, plan.cost),
     )
     assert final.peak_memory <= budget, "a plan must fit the budget it was made for"

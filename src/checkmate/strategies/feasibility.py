@@ -73,7 +73,10 @@ def lower_bound(graph: Graph, budget: int, *, time_limit: float | None = None) -
 
 def message_time(control: SearchControl) -> float:
     """Seconds the smallest-budget search behind an InfeasibleBudget message may take: what is left of the caller's
-    time limit, at most MINIMUM_BUDGET_TIME_LIMIT (0 when it is spent: the message then says what is known)."""
+    time limit, at most MINIMUM_BUDGET_TIME_LIMIT (0 when it is spent or a stop was asked: the message then says what
+    is known)."""
+    if control.interrupted:
+        return 0.0
     remaining = control.remaining()
     return MINIMUM_BUDGET_TIME_LIMIT if remaining is None else min(MINIMUM_BUDGET_TIME_LIMIT, remaining)
 
@@ -105,3 +108,28 @@ def infeasible_budget(
         f"`minimum` is the budget known to work"
     )
     return InfeasibleBudget(message, budget=budget, minimum=found.upper)
+
+
+def in_fraction_of_peak(error: InfeasibleBudget, fraction: float, no_remat_peak: int) -> InfeasibleBudget:
+    """`error` for a budget the caller gave as `fraction` of the `no_remat_peak`: its message names that fraction
+    beside the bytes, and the smallest budget known to work as a fraction too; same `budget` and `minimum`."""
+    asked = (
+        f"budget {fraction:g} of the no-recomputation peak {format_bytes(no_remat_peak)} ({format_bytes(error.budget)})"
+    )
+    if error.minimum is not None and error.minimum > error.budget and no_remat_peak > 0:
+        asked += (
+            f" is below the smallest budget known to work, {format_bytes(error.minimum)} "
+            f"({_fraction_at_least(error.minimum, no_remat_peak)} of the peak)"
+        )
+    return InfeasibleBudget(f"{asked}: {error}", budget=error.budget, minimum=error.minimum)
+
+
+def _fraction_at_least(minimum: int, peak: int) -> str:
+    """The fraction of `peak`, to two places, rounded up so that passing it back gives at least `minimum` bytes
+    (three places when two round up to more than the peak's whole)."""
+    for places in (2, 3, 4):
+        scale = 10**places
+        value = -(-minimum * scale // peak) / scale
+        if value <= 1.0 and int(value * peak) >= minimum:
+            return f"{value:.{places}f}"
+    return f"{minimum / peak:.6f}"

@@ -30,7 +30,7 @@ from checkmate.milp.backends import lp_backend
 from checkmate.milp.formulation import decode_fractional, encode
 from checkmate.milp.problem import SolveOptions
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, MemoryScale, memory_scale
-from checkmate.plan import Plan, make_plan
+from checkmate.plan import Plan, make_plan, proven_status
 from checkmate.progress import SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import infeasible
@@ -163,7 +163,7 @@ def round_relaxation(
         method=method,
         solve_time=control.elapsed,
         budget=budget,
-        status="optimal" if policy.meets(plan.cost, bound) else "feasible",
+        status=proven_status(plan.cost, bound),
         lower_bound=min(bound, plan.cost),
     )
 

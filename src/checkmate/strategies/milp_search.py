@@ -2,12 +2,13 @@
 
 Before the MIP: the starting plans (`checkmate.strategies.starts`: best baseline and the retention bound's answer,
 each improved by hold_more) and `approx`'s LP rounding (`checkmate.strategies.lp_rounding`; its LP is the LP bound).
-When a bound already meets the best start's cost, that start is proven optimal without branching (this
+When a bound already meets the best start's cost (within `mip_gap`), that start is the answer without branching (this
 formulation's LP and the retention bound are tight on chains). The MIP is warm-started from the best start, so the
 search is never worse than the baselines or `approx` given the same time.
 
-A time-limited solve never returns worse than that warm start, and the status is "optimal" only when a bound proves
-it (within `mip_gap`; the MIP's own bound only on an exactly scaled model).
+A time-limited solve never returns worse than that warm start. The search stops when a bound meets the plan within
+`mip_gap`, but the status is "optimal" only when the bound meets its cost (`checkmate.plan.proven_status`; the MIP's
+own bound counts only on an exactly scaled model); otherwise the plan's `gap` says how far it may be.
 """
 
 from __future__ import annotations
@@ -83,15 +84,6 @@ def solve_milp(
         message_time=message_time,
         policy=policy,
     )
-    rounded = None if control.stopped else _rounded(graph, budget, control, settings.seed, policy)
-    fallback = cheapest_fitting((starts.best, rounded), budget)
-    lp_bound = rounded.lower_bound if rounded is not None else None  # approx's LP: the paper's relaxation
-    if lp_bound is not None:
-        control.report(f"{phase}: LP bound", bound=lp_bound)
-    first_bound = max(starts.bound, lp_bound or starts.bound)
-    if fallback is not None and policy.meets(fallback.cost, first_bound, settings.mip_gap):
-        log.info("the bound %.6g proves the starting plan optimal", first_bound)
-        return final_plan(graph, budget, fallback, proven=True, bound=first_bound, started=started, method=method)
     scale = memory_scale(graph, settings.memory_resolution)
     problem, index = encode(
         graph,
@@ -99,6 +91,17 @@ def solve_milp(
         scale,
         recompute_backward=settings.recompute_backward,
     )
+    rounding = control.child(_rounding_time(control, problem, policy))
+    rounded = None if control.stopped else _rounded(graph, budget, rounding, settings.seed, policy)
+    fallback = cheapest_fitting((starts.best, rounded), budget)
+    lp_bound = rounded.lower_bound if rounded is not None else None  # approx's LP: the paper's relaxation
+    if lp_bound is not None:
+        control.report(f"{phase}: LP bound", bound=lp_bound)
+    first_bound = max(starts.bound, lp_bound or starts.bound)
+    if fallback is not None and policy.meets(fallback.cost, first_bound, settings.mip_gap):
+        final = final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
+        log.info("the starting plan is %s (bound %.6g): no MILP", final.describe(), first_bound)
+        return final
     log.info(
         "MILP: %d variables, %d rows, %d nonzeros", problem.num_variables, problem.num_constraints, problem.num_nonzeros
     )
@@ -106,7 +109,7 @@ def solve_milp(
         log.info("%s: too little time left to load the MILP; the best start is the answer", phase)
         if fallback is None:
             raise _nothing_found(graph, budget, None, control.time_limit, message_time, method)
-        return final_plan(graph, budget, fallback, proven=False, bound=first_bound, started=started, method=method)
+        return final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
     options = SolveOptions(
         time_limit=policy.solver_time_limit(control.remaining(), problem.num_variables),
         mip_gap=settings.mip_gap,
@@ -124,26 +127,30 @@ def solve_milp(
     plan = _best_plan(graph, budget, solution, index, fallback, method)
     if plan is None:
         raise _nothing_found(graph, budget, solution, control.time_limit, message_time, method)
-    proven = (
-        solution.status is SolveStatus.OPTIMAL
-        and scale.exact
-        and plan.cost <= (solution.objective or np.inf) + policy.solver_tolerance
-    )
-    final = final_plan(
-        graph, budget, plan, proven=proven, bound=max(bounds, default=None), started=started, method=method
-    )
+    final = final_plan(graph, budget, plan, bound=max(bounds, default=None), started=started, method=method)
     control.report(phase, cost=final.cost, bound=final.lower_bound)
     return final
 
 
+def _rounding_time(control: SearchControl, problem: MilpProblem, policy: SearchPolicy) -> float | None:
+    """The rounding's time: `rounding_share` of what is left, or all of it when the rest would be too little to load
+    the MILP (time the MILP cannot use goes to the rounding, whose plan is then the answer)."""
+    share = control.share(policy.rounding_share)
+    left = control.remaining()
+    if share is None or left is None or not policy.too_little_time(left - share, problem.num_variables):
+        return share
+    log.info("too little time for the MILP after the rounding: the rounding gets all %.1f s left", left)
+    return left
+
+
 def _rounded(graph: Graph, budget: int, control: SearchControl, seed: int, policy: SearchPolicy) -> Plan | None:
-    """`approx`'s rounding on this graph within a share of the time: its plan is a start, its LP bound a bound (so
-    the MILP search is never worse than `approx`, which on small graphs often finds the optimum before the MIP)."""
+    """`approx`'s rounding on this graph in `control`'s time: its plan is a start, its LP bound a bound (so the MILP
+    search is never worse than `approx`, which on small graphs often finds the optimum before the MIP)."""
     try:
         return round_relaxation(
             graph,
             budget,
-            control.child(control.share(policy.rounding_share)),
+            control,
             RoundingSettings(seed=seed),
             method="approx",
             message_time=0.0,

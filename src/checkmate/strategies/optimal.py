@@ -66,7 +66,8 @@ def optimal(
         budget: bytes, fixed memory included; None means no limit (then checkpoint_all is optimal).
         backend: "auto", "highs", "scip", "portfolio" or "gurobi" ("auto": `checkmate.milp.backends.policy`).
         time_limit: seconds for the whole call; on expiry the best plan found (never worse than the warm start).
-        mip_gap: relative gap at which the solver stops and the plan counts as optimal.
+        mip_gap: relative gap to the lower bound at which the search stops (the plan's status is "optimal" only when
+            the bound meets its cost; otherwise its `gap` says how close it is).
         threads, verbose, seed: passed to the solver.
         warm_start: hand the best baseline plan to the solver as its first incumbent (it is the fallback either way).
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).

@@ -93,26 +93,45 @@ def starting_plans(
 
     if not clock.stopped:
         load = policy.load_seconds_per_variable
+
+        def stopped() -> bool:
+            return clock.stopped
+
         retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
         found = _or_infeasible(
-            lambda: retention_bound(graph, budget, time_limit=retention_time, load_seconds_per_variable=load), failure
+            lambda: retention_bound(
+                graph, budget, time_limit=retention_time, load_seconds_per_variable=load, should_stop=stopped
+            ),
+            failure,
         )
         bound = max(bound, found.bound)
         bound_is_final = found.proven
         clock.report("retention bound", bound=bound)
         closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
         closure = _or_infeasible(
-            lambda: closure_bound(graph, budget, time_limit=closure_time, load_seconds_per_variable=load), failure
+            lambda: closure_bound(
+                graph, budget, time_limit=closure_time, load_seconds_per_variable=load, should_stop=stopped
+            ),
+            failure,
         )
         bound = max(bound, closure.bound)
         clock.report("closure bound", bound=bound)
-        seed = closure_start(graph, budget, closure, method=method, time_limit=clock.share(policy.closure_share))
+        seed = None
+        if not clock.stopped:
+            seed = closure_start(
+                graph,
+                budget,
+                closure,
+                method=method,
+                time_limit=clock.share(policy.closure_share),
+                should_stop=stopped,
+            )
         if seed is not None and seed.peak_memory <= budget:
             plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))
             clock.report("closure start", cost=plans[-1].cost)
         for held in (found.held, found.held_with_cover):
             best = cheapest_fitting(plans, budget)
-            if held is None or (best is not None and policy.meets(best.cost, bound)):
+            if held is None or clock.stopped or (best is not None and policy.meets(best.cost, bound)):
                 continue
             R, S = prune_checkpoints(graph, cheapest_r(graph, held), held)
             seed = make_plan(graph, R, S, method=method)

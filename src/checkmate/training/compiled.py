@@ -292,6 +292,7 @@ class CompiledStep:
         return StepReport(
             method=plan.method,
             status=plan.status,
+            gap=plan.gap,
             cost_model=compiled.captured.cost_model,
             nodes=compiled.captured.graph.size,
             no_remat_peak=compiled.no_remat.peak_memory,

@@ -25,14 +25,15 @@ from checkmate.execute.program import Program
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
-from checkmate.solve import solve
+from checkmate.solve import DISPLAY_OPTIONS, solve
+from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
 from checkmate.training.capture_options import CaptureOptions
 from checkmate.training.executors import CaptureChoice, capture_choices, prepare_executor, traced_loss
-from checkmate.units import format_bytes, resolve_budget
+from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,13 @@ def _plan_capture(
         format_bytes(budget),
         settings.method,
     )
-    plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+    try:
+        plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+    except InfeasibleBudget as error:
+        fraction = parse_budget(settings.budget)
+        if not isinstance(fraction, float):
+            raise
+        raise in_fraction_of_peak(error, fraction, no_remat.peak_memory) from None
     return Compiled(
         captured,
         program,
@@ -214,7 +221,7 @@ def _cached_solve(
         graph,
         budget=budget,
         method=settings.method,
-        options=options,
+        options={name: value for name, value in options.items() if name not in DISPLAY_OPTIONS},
         cost_model=captured.cost_model,
         device=captured.device,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from checkmate.plan import PlanStatus, describe_status
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
@@ -18,7 +19,8 @@ class StepReport:
 
     Attributes:
         method: the strategy that made the plan.
-        status: "optimal" when a solver proved it, else "feasible".
+        status: "optimal" when a proven lower bound meets the plan's cost, else "feasible".
+        gap: the plan's relative gap to its lower bound, or None when no bound is known.
         cost_model: how ops were priced ("profile", "flops" or "unit"); the plan's extra compute is in these units.
         nodes: planning nodes in the graph.
         no_remat_peak: bytes at the peak with no recomputation (the checkpoint_all plan).
@@ -33,7 +35,8 @@ class StepReport:
     """
 
     method: str
-    status: str
+    status: PlanStatus
+    gap: float | None
     cost_model: str
     nodes: int
     no_remat_peak: int
@@ -47,12 +50,13 @@ class StepReport:
     def __str__(self) -> str:
         measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
         measured_time = "not yet timed" if self.measured_time is None else f"{self.measured_time * 1e3:.1f} ms"
-        plan = f"{self.method} ({self.status}), {self.nodes} nodes, {self.cost_model} costs"
+        plan = f"method {self.method}, {self.nodes} nodes, {self.cost_model} costs"
         if self.reused_from is not None:
             plan += f"; the plan of batch {self.reused_from} (step.improve(*batch) plans this shape)"
         budget = f"{format_bytes(self.budget)} ({self.budget / max(self.no_remat_peak, 1):.0%} of no-remat)"
         rows = [
             ("plan", plan),
+            ("plan quality", describe_status(self.status, self.gap)),
             ("no-remat peak", format_bytes(self.no_remat_peak)),
             ("budget", f"{budget}, fixed at compile"),
             ("planned peak", format_bytes(self.planned_peak)),
