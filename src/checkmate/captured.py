@@ -30,14 +30,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from checkmate.graph import Graph
 
 if TYPE_CHECKING:
+    import torch
     import torch.fx
 
-    from checkmate.torch_capture.loss_output import LossOutput
+
+class RebuildsResult(Protocol):
+    """How loss_fn's result is rebuilt from the step's loss and its other outputs
+    (`checkmate.torch_capture.loss_output.LossOutput`)."""
+
+    def rebuild(self, loss: torch.Tensor, outputs: Sequence[torch.Tensor]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class Captured:
     region_outputs: tuple[str, ...] = ()
     attribute_reads: tuple[tuple[Any, str], ...] = ()
     input_gradients: tuple[str | None, ...] = ()
-    loss_output: LossOutput | None = None
+    loss_output: RebuildsResult | None = None
 
     @cached_property
     def node_of(self) -> dict[str, int]:
