@@ -63,3 +63,18 @@ def test_a_negative_planning_limit_is_refused_before_any_work() -> None:
     model, loss_fn, batch = zoo.mlp(batch_size=2)
     with pytest.raises(checkmate.InvalidArgument, match="planning_time_limit"):
         checkmate.compile(model, loss_fn, batch, budget=1.0, planning_time_limit=-1)
+
+
+@pytest.mark.parametrize("method", ["optimal", "approx"])
+def test_a_budget_that_holds_the_whole_step_never_fails_for_lack_of_time(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Capture takes all of the planning time, so the solve gets none: the plan that recomputes nothing fits a
+    budget of 1.0 and needs no search."""
+    recorded_solves(monkeypatch, capture_seconds=0.3)
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method=method, cost_model="unit", planning_time_limit=0.2
+    )
+    assert not step.plan.recomputes and step.plan.peak_memory <= step.plan.budget
+    assert step.plan.status == "optimal"
