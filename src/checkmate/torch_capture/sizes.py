@@ -5,13 +5,16 @@ functionalized graph they do not share storage objects the way real views would.
 therefore read from the op schemas instead: an output annotated as an alias of an input (`Tensor(a)`
 in `view`, `t`, `expand`, `detach`, `alias`...), an `_unsafe_view`, or a `getitem` of a multi-output
 op lives in its source's storage. Every other tensor output gets a new storage whose size is what
-the device's allocator takes for the fake tensor's storage (`allocated_bytes`). Bytes are then counted
-per storage, never per tensor.
+the device's allocator takes for the fake tensor's storage (`allocated_bytes`), except where the kernel's
+storage is known to be larger than its fake tensor's: a loss reduced to a scalar in the buffer of its
+elementwise values (`mse_loss` and the others of `_REDUCED_IN_ELEMENTWISE_BUFFER`) keeps that buffer.
+Bytes are then counted per storage, never per tensor.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +27,14 @@ log = logging.getLogger(__name__)
 StorageKey = int
 
 _UNSAFE_VIEWS = frozenset({"aten::_unsafe_view"})
+# Losses whose kernel makes the output at the broadcast shape of (input, target), writes the elementwise losses there
+# and resizes it to the reduced scalar (`mean` or `sum` reduction), which keeps the storage: the scalar holds the
+# elementwise buffer for as long as it lives (the structured `mse_loss` and `smooth_l1_loss` allocate it in their
+# meta function, `binary_cross_entropy` and `soft_margin_loss` resize their `empty_like(input)` result). Their fake
+# tensors hold one element.
+_REDUCED_IN_ELEMENTWISE_BUFFER = frozenset(
+    {"aten::mse_loss", "aten::smooth_l1_loss", "aten::binary_cross_entropy", "aten::soft_margin_loss"}
+)
 # CUDA's caching allocator hands out blocks in multiples of 512 bytes (`kMinBlockSize` in c10/cuda/
 # CUDACachingAllocator.cpp), and `torch.cuda.max_memory_allocated` counts the blocks: a 4-byte loss takes 512.
 CUDA_BLOCK_BYTES = 512
@@ -32,8 +43,12 @@ CUDA_BLOCK_BYTES = 512
 def allocated_bytes(tensor: torch.Tensor) -> int:
     """Bytes the tensor's device allocator takes for its storage: the storage's size, rounded up to whole
     512-byte blocks on CUDA (an empty storage takes none)."""
-    size = int(tensor.untyped_storage().nbytes())
-    if tensor.device.type != "cuda":
+    return _device_bytes(int(tensor.untyped_storage().nbytes()), tensor.device)
+
+
+def _device_bytes(size: int, device: torch.device) -> int:
+    """Bytes the device's allocator takes for a storage of `size` bytes."""
+    if device.type != "cuda":
         return size
     return -(-size // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
 
@@ -80,11 +95,26 @@ def storage_table(graph: torch.fx.Graph) -> StorageTable:
                 keys.append(source)
             elif isinstance(output, torch.Tensor):
                 keys.append(len(sizes))
-                sizes[len(sizes)] = allocated_bytes(output)
+                sizes[len(sizes)] = _output_bytes(node, output)
             else:
                 keys.append(None)
         slots[node.name] = tuple(keys)
     return StorageTable(slots, sizes)
+
+
+def _output_bytes(node: torch.fx.Node, output: torch.Tensor) -> int:
+    """Bytes of the new storage `output` of `node` lives in when the step runs: the fake tensor's storage, or for a
+    loss reduced in its elementwise buffer, that buffer."""
+    target = node.target
+    if not (
+        isinstance(target, torch._ops.OpOverload)
+        and target._schema.name in _REDUCED_IN_ELEMENTWISE_BUFFER
+        and output.dim() == 0
+    ):
+        return allocated_bytes(output)
+    shapes = [argument.meta["val"].shape for argument in node.args[:2] if isinstance(argument, torch.fx.Node)]
+    elements = math.prod(torch.broadcast_shapes(*shapes))
+    return max(allocated_bytes(output), _device_bytes(elements * output.element_size(), output.device))
 
 
 def _aliased_sources(node: torch.fx.Node, slots: dict[str, tuple[StorageKey | None, ...]]) -> list[StorageKey | None]:
