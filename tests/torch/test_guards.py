@@ -296,23 +296,10 @@ def test_a_config_object_changed_in_place_after_compile_follows_eager(caplog: py
 
 def test_a_hugging_face_config_changed_in_place_after_compile_follows_eager(plans: list[int]) -> None:
     """Llama's decoder runs `self.layers[: self.config.num_hidden_layers]` on every call."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=32,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    tokens = torch.randint(2, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    pytest.importorskip("transformers")
+    from test_transformers import _build
 
-    def causal_lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=tokens, labels=tokens).loss
-
+    model, causal_lm_loss, (tokens,) = _build("llama")
     step = checkmate.compile(
         model, causal_lm_loss, (tokens,), budget="4MiB", cost_model="flops", method="checkpoint_all", **QUIET
     )
