@@ -3,6 +3,7 @@ module attributes the forward reads, autocast, grad mode (`checkmate.training.gu
 
 from __future__ import annotations
 
+import array
 import copy
 import logging
 from collections.abc import Iterator
@@ -255,3 +256,82 @@ def test_a_criterion_loss_fn_holds_is_guarded_too() -> None:
     compare_steps(step, reference, batch(), seed=3, context="delta 1.0")
     criterion.delta = 0.05
     compare_steps(step, reference, batch(), seed=4, context="delta 0.05")
+
+
+class Settings:
+    """A plain config object, as a training script holds one."""
+
+    def __init__(self) -> None:
+        self.temperature = 1.0
+
+
+class ScaledBy(nn.Module):
+    """Divides by the `temperature` of a config object it holds and adds its `offset` where it has one, as Hugging
+    Face code reads `self.config` and `getattr(config, "is_causal", True)`."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.settings.temperature + getattr(self.settings, "offset", 0.0)
+
+
+def test_a_config_object_changed_in_place_after_compile_follows_eager(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    settings = Settings()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4), ScaledBy(settings), ScaledBy(settings))
+    step = compiled(model)
+    reference = copy.deepcopy(model)
+    compare_steps(step, reference, batch(), seed=3, context="temperature 1.0")
+    for module in (model, reference):
+        module[3].settings.temperature = 3.0
+    with caplog.at_level(logging.INFO, logger="checkmate.training.compiled"):
+        compare_steps(step, reference, batch(), seed=4, context="temperature changed in place")
+    assert "`temperature` of `settings` of module '3' changed from 1.0 to 3.0" in caplog.text
+    for module in (model, reference):
+        module[3].settings.offset = 1.0  # an attribute the trace looked for and did not find
+    compare_steps(step, reference, batch(), seed=5, context="an attribute added")
+
+
+def test_a_hugging_face_config_changed_in_place_after_compile_follows_eager(plans: list[int]) -> None:
+    """Llama's decoder runs `self.layers[: self.config.num_hidden_layers]` on every call."""
+    pytest.importorskip("transformers")
+    from test_transformers import _build
+
+    model, causal_lm_loss, (tokens,) = _build("llama")
+    step = checkmate.compile(
+        model, causal_lm_loss, (tokens,), budget="4MiB", cost_model="flops", method="checkpoint_all", **QUIET
+    )
+    reference = copy.deepcopy(model)
+    for seed in (3, 4):
+        if seed == 4:
+            for module in (model, reference):
+                module.config.num_hidden_layers = 1
+        torch.manual_seed(seed)
+        got = step(tokens)
+        torch.manual_seed(seed)
+        want = causal_lm_loss(reference, tokens)
+        want.backward()
+        torch.testing.assert_close(got, want.detach(), msg=f"call {seed}: the loss differs")
+        assert_same_state(model, reference, f"call {seed}", exact=False)
+    assert len(plans) == 1
+
+
+class ScaledByArray(nn.Module):
+    """Multiplies by a value kept in an `array.array`, an object whose state Python code cannot see."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = array.array("d", [2.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale[0]
+
+
+def test_an_object_whose_state_cannot_be_read_is_named_at_compile(caplog: pytest.LogCaptureFixture) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4), ScaledByArray())
+    with caplog.at_level(logging.WARNING, logger="checkmate.training.guards"):
+        compiled(model)
+    assert "`scale` of module '1', a array, keeps its state where checkmate cannot read it" in caplog.text

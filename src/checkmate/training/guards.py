@@ -12,9 +12,15 @@ What is guarded, and how:
 * Every module's `training` flag.
 * Each module attribute the trace read (`checkmate.torch_capture.attribute_reads`): None, bools, numbers, strings,
   dtypes, devices, enums and tuples, lists, dicts and sets of them by value; any other object (a config, a tensor
-  that is not a parameter or buffer, a function) by identity: replacing it plans again, changing it in place is not
-  seen. An attribute read but missing is guarded as missing. Methods and properties of the class are code, not
-  values, and are not guarded.
+  that is not a parameter or buffer, a function) by identity: replacing it plans again. An attribute read but missing
+  is guarded as missing. Methods and properties of the class are code, not values, and are not guarded.
+* The state of each object so read that keeps its state in a `__dict__` (a Hugging Face `PretrainedConfig`, a
+  dataclass, a `SimpleNamespace`, any plain Python object): which attributes it has, and each of them as above, and so
+  on through the objects among them, each object once however many modules hold it. Changing `model.config.x` in
+  place plans again, whether or not the trace read `x` (the trace's reads of such objects are not recorded). An
+  object that keeps its state out of Python's sight (a C extension object, such as a NumPy array) is guarded by
+  identity alone, and compiling says so in a warning that names it. Functions, classes, Python modules and tensors
+  are guarded by identity alone.
 * `loss_fn`'s closure cells, default arguments and the module globals it names, where they are such plain values.
 * The autocast state of the model's device (enabled, dtype) and `torch.get_default_dtype()`.
 
@@ -28,6 +34,7 @@ import enum
 import functools
 import inspect
 import logging
+import types
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -71,16 +78,16 @@ class _Identity:
 
 def guarded_value(value: Any) -> Hashable:
     """`value` as a guard compares it: plain values and containers of them by value, anything else by identity."""
-    kind = type(value)
-    if kind in _PLAIN or isinstance(value, enum.Enum):
+    kind = type(value)  # tested by type, not isinstance: isinstance may call a class's own `__getattribute__`
+    if kind in _PLAIN or issubclass(kind, enum.Enum):
         return value
     if kind is tuple or kind is torch.Size:
-        if all(type(item) in _PLAIN for item in value):
+        if _PLAIN.issuperset(map(type, value)):
             return value
         return (tuple, tuple(map(guarded_value, value)))
     if kind is list:
         return (list, tuple(map(guarded_value, value)))
-    if isinstance(value, dict):
+    if issubclass(kind, dict):
         return (dict, tuple((key, guarded_value(item)) for key, item in value.items()))
     if kind is set or kind is frozenset:
         return (frozenset, frozenset(map(guarded_value, value)))
@@ -90,11 +97,11 @@ def guarded_value(value: Any) -> Hashable:
 def _is_plain(value: Any) -> bool:
     """Whether `value` is guarded by value all through (no part of it by identity)."""
     kind = type(value)
-    if kind in _PLAIN or isinstance(value, enum.Enum):
+    if kind in _PLAIN or issubclass(kind, enum.Enum):
         return True
     if kind in (tuple, list, set, frozenset, torch.Size):
         return all(map(_is_plain, value))
-    if isinstance(value, dict):
+    if issubclass(kind, dict):
         return all(map(_is_plain, value.values()))
     return False
 
@@ -155,6 +162,7 @@ class Guards:
         self._reads: list[_Read] = []
         self._sources: list[tuple[dict[str, Any] | _Computed, str]] = []
         self._watched: set[tuple[int, str]] = set()
+        self._held: list[object] = []  # the objects whose state is guarded, kept alive so that their ids stay theirs
         self._reads.extend(_loss_fn_reads(loss_fn))
         self._sources = [(read.source, read.name) for read in self._reads]
 
@@ -175,9 +183,44 @@ class Guards:
             if read is not None:
                 self._reads.append(read)
                 added = True
+        added |= self._watch_objects()
         if added:
             self._sources = [(read.source, read.name) for read in self._reads]
         return added
+
+    def _watch_objects(self) -> bool:
+        """Guard the state of each object a guarded value holds now: its attribute names and each attribute, through
+        the objects among them (the loop reaches the reads it appends). Returns whether any read was added."""
+        count = len(self._reads)
+        index = 0
+        while index < len(self._reads):
+            read = self._reads[index]
+            index += 1
+            value = read.source.get(read.name, _MISSING)
+            if value is _MISSING or type(value) in _CONTAINERS or _is_plain(value) or isinstance(value, _CODE):
+                continue  # a container's objects are guarded by identity (`guarded_value`)
+            state = _instance_state(value)
+            if state is None:
+                if (id(value), "") not in self._watched:
+                    self._watched.add((id(value), ""))
+                    log.warning(
+                        "%s, a %s, keeps its state where checkmate cannot read it: it is guarded by identity alone, "
+                        "so changing it in place after compile is not seen (replace it, or hold its values as plain "
+                        "Python values or buffers)",
+                        read.label,
+                        type(value).__name__,
+                    )
+                continue
+            if (id(value), "__dict__") not in self._watched:
+                self._watched.add((id(value), "__dict__"))
+                self._held.append(value)
+                names = _Computed(functools.partial(tuple, state))
+                self._reads.append(_Read(names, "", f"the attributes of {read.label}"))
+            for name in tuple(state):
+                if (id(value), name) not in self._watched:
+                    self._watched.add((id(value), name))
+                    self._reads.append(_Read(state, name, f"`{name}` of {read.label}"))
+        return len(self._reads) > count
 
     def state(self) -> GuardState:
         """The guarded values now: a dict lookup per value, and `guarded_value` only where one is not plain."""
@@ -266,6 +309,30 @@ def _loss_fn_reads(loss_fn: Callable[..., Any]) -> list[_Read]:
     return [
         _Read(_Computed(read), label, label) for label, read in loss_fn_values(loss_fn, depth=1) if _is_plain(read())
     ]
+
+
+_CONTAINERS = frozenset({tuple, list, dict, set, frozenset, torch.Size})
+
+# Values that are code or have identity alone: their `__dict__`, where they have one, is not state a trace reads.
+_CODE = (
+    nn.Module,
+    torch.Tensor,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    functools.partial,
+)
+
+
+def _instance_state(value: object) -> dict[str, Any] | None:
+    """The `__dict__` an object keeps its attributes in, or None when it has none."""
+    try:
+        state = vars(value)
+    except TypeError:
+        return None
+    return state if type(state) is dict else None
 
 
 def _shown(value: Hashable) -> str:
