@@ -21,6 +21,7 @@ from torch import nn
 
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
+from checkmate.search_defaults import with_search_defaults
 from checkmate.solve import check_solve_options
 from checkmate.torch_capture import check_gradient_memory
 from checkmate.torch_capture.costs import COST_MODELS
@@ -29,13 +30,6 @@ from checkmate.training.compiled import MEASURE_CHOICES, CompiledStep
 from checkmate.training.executors import capture_options, check_executor
 from checkmate.training.planning import Settings, plan_step, signature_of
 from checkmate.units import parse_budget
-
-DEFAULT_TIME_LIMIT = 120.0
-TIMED_METHODS = ("optimal", "approx")
-# `optimal` stops once its plan is proven within this fraction of its lower bound. Searching on rarely pays: on a
-# Hugging Face ResNet-50 (batch 32, 128x128, budget 0.6) the starting plan was 0.78 % above the bound 3 s into the
-# solve, and the other 117 s of the default limit found nothing better (issue 19).
-DEFAULT_GAP = 0.01
 
 
 def check_cost_model_choice(cost_model: str) -> None:
@@ -138,10 +132,7 @@ def compile(
         raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
     check_executor(executor)
     check_solve_options(method, solve_options)
-    if method in TIMED_METHODS:
-        solve_options.setdefault("time_limit", DEFAULT_TIME_LIMIT)
-    if method == "optimal":
-        solve_options.setdefault("mip_gap", DEFAULT_GAP)
+    solve_options = with_search_defaults(method, solve_options)
     if planning_time_limit is not None and not planning_time_limit >= 0:
         raise InvalidArgument(f"planning_time_limit must be at least 0 seconds (or None), got {planning_time_limit}")
     settings = Settings(

@@ -7,6 +7,7 @@ and the CPU allocator's peak during forward, loss and backward, against the regi
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,10 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
+import checkmate.inductor.backend
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
+from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_TIME_LIMIT
 from checkmate.torch_capture.allocator import allocator_peak
 
 TIME_LIMIT = 15
@@ -220,6 +223,37 @@ def test_a_fraction_a_region_cannot_reach_plans_it_as_low_as_it_goes(caplog: pyt
     assert any("cannot reach 30%" in record.getMessage() for record in caplog.records)
 
 
+def test_a_fraction_falling_back_plans_within_the_regions_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The solve at the smallest budget known to fit gets what is left of the region's `time_limit`, not a second
+    `time_limit` of its own: the first solve is made to take 1.5 s of a 3 s limit."""
+    real_solve = checkmate.inductor.backend.solve
+    limits: list[float] = []
+
+    def slow_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
+        if method == "optimal":
+            limits.append(options["time_limit"])
+            if len(limits) == 1:
+                time.sleep(1.5)
+        return real_solve(graph, budget, method=method, **options)
+
+    monkeypatch.setattr(checkmate.inductor.backend, "solve", slow_solve)
+    planner = checkmate.backend(budget=0.3, cost_model="flops", time_limit=3)
+    torch.compile(_small(), backend=planner)(torch.randn(8, 16)).sum().backward()
+    (region,) = planner.regions
+    assert region.budget > 0.3 * region.no_remat_peak, "the region falls back to the smallest budget known to fit"
+    assert len(limits) == 2 and limits[0] == 3
+    assert limits[1] <= 3 - 1.5, f"the second solve was given {limits[1]:.2f} s of the region's 3 s"
+
+
+def test_the_search_defaults_are_compiles() -> None:
+    """`checkmate.backend` searches as long and stops as near the bound as `checkmate.compile` does by default."""
+    assert checkmate.backend(budget=0.5).solve_options == {"time_limit": DEFAULT_TIME_LIMIT, "mip_gap": DEFAULT_GAP}
+    assert checkmate.backend(budget=0.5, method="approx").solve_options == {"time_limit": DEFAULT_TIME_LIMIT}
+    assert checkmate.backend(budget=0.5, method="checkpoint_all").solve_options == {}
+    asked = checkmate.backend(budget=0.5, time_limit=7, mip_gap=1e-4).solve_options
+    assert asked == {"time_limit": 7, "mip_gap": 1e-4}
+
+
 def test_a_byte_budget_a_region_cannot_fit_is_an_error_naming_the_smallest() -> None:
     """Bytes are a limit: a region that cannot fit raises InfeasibleBudget (wrapped by Dynamo), never runs over."""
     compiled = torch.compile(_small(), backend=checkmate.backend(budget=1024, cost_model="flops", time_limit=2))
@@ -236,3 +270,12 @@ def test_options_are_checked_before_any_compile() -> None:
         checkmate.backend(budget=0.5, cost_model="unit")
     with pytest.raises(InvalidArgument):
         checkmate.backend(budget=1.5)
+
+
+def test_solve_options_are_checked_before_any_compile() -> None:
+    """As `checkmate.compile` checks them: a misspelt option or a negative limit is refused when the backend is made,
+    not inside Dynamo's first compile."""
+    with pytest.raises(InvalidArgument, match="time_limt"):
+        checkmate.backend(budget=0.5, time_limt=30)
+    with pytest.raises(InvalidArgument, match="time_limit"):
+        checkmate.backend(budget=0.5, time_limit=-1)

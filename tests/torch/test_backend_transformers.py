@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,54 @@ def _assert_same_parameters(model: nn.Module, reference: nn.Module, context: str
         torch.testing.assert_close(got, want, msg=f"{context}: parameter {name} differs")
 
 
+def _output_tensors(value: Any) -> list[torch.Tensor]:
+    """Every tensor a model's output holds, in order: a ModelOutput's fields and, through its attributes, a cache's
+    keys and values (`past_key_values`, returned while `use_cache` is left at its default)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, Mapping):
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        items = list(vars(value).values())
+    else:
+        return []
+    return [tensor for item in items for tensor in _output_tensors(item)]
+
+
+class _Recording:
+    """The model, keeping what each call returns."""
+
+    def __init__(self, model: Callable[..., Any]) -> None:
+        self.model = model
+        self.outputs: list[Any] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.outputs.append(self.model(*args, **kwargs))
+        return self.outputs[-1]
+
+
+def _assert_same_outputs(got: Any, want: Any, context: str) -> None:
+    """The same fields, and each tensor (logits, cache keys and values, encoder states) equal to float32 rounding."""
+    assert list(got.keys()) == list(want.keys()), f"{context}: the output's fields differ"
+    got_tensors, want_tensors = _output_tensors(got), _output_tensors(want)
+    assert len(got_tensors) == len(want_tensors), f"{context}: {len(got_tensors)} tensors, eager {len(want_tensors)}"
+    for position, (one, other) in enumerate(zip(got_tensors, want_tensors, strict=True)):
+        torch.testing.assert_close(one, other, msg=f"{context}: output tensor {position} differs")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
 def test_a_training_loop_through_the_backend_matches_eager(name: str) -> None:
-    """Three steps with SGD and momentum: loss and gradients of each step, parameters after each update."""
+    """Three steps with SGD and momentum: loss and gradients of each step, parameters after each update, and every
+    tensor of the model's output (several: the logits, and the cache of GPT-2, T5 and Llama, whose `use_cache` is
+    left at its default)."""
     model, loss_fn, batch = _build(name)
     reference = copy.deepcopy(model)
     planner = checkmate.backend(budget=1.0, cost_model="flops", time_limit=TIME_LIMIT)
-    compiled = torch.compile(model, backend=planner)
+    compiled = _Recording(torch.compile(model, backend=planner))
+    eager = _Recording(reference)
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (model, reference)]
     for step in range(3):
         context = f"{name} through checkmate.backend, step {step + 1}"
@@ -48,9 +89,10 @@ def test_a_training_loop_through_the_backend_matches_eager(name: str) -> None:
         loss = loss_fn(compiled, *batch)
         loss.backward()
         torch.manual_seed(step)
-        expected = loss_fn(reference, *batch)
+        expected = loss_fn(eager, *batch)
         expected.backward()
         torch.testing.assert_close(loss, expected, msg=f"{context}: loss {loss.item()} != {expected.item()}")
+        _assert_same_outputs(compiled.outputs[-1], eager.outputs[-1], context)
         assert_same_state(model, reference, context, exact=False)
         for optimizer in optimizers:
             optimizer.step()

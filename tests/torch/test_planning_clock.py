@@ -11,7 +11,7 @@ import pytest
 import checkmate
 import checkmate.training.planning
 from checkmate import zoo
-from checkmate.compile_step import DEFAULT_GAP
+from checkmate.search_defaults import DEFAULT_GAP
 
 
 @pytest.fixture(autouse=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +50,9 @@ from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
 from checkmate.plan import Plan
+from checkmate.search_defaults import with_search_defaults, within_time_left
 from checkmate.simulate import lower
-from checkmate.solve import solve
-from checkmate.strategies.registry import strategies
+from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import random_state_bytes
 from checkmate.torch_capture.joint import capture_joint
 from checkmate.units import format_bytes, parse_budget, resolve_budget
@@ -140,6 +141,7 @@ class CheckmateBackend:
         captured = dataclasses.replace(captured, graph=graph)
         no_remat = solve(graph, None, method="checkpoint_all")
         budget = resolve_budget(self.budget, no_remat.peak_memory)
+        started = time.perf_counter()
         try:
             plan = solve(graph, budget, method=self.method, **self.solve_options)
         except InfeasibleBudget as error:
@@ -155,7 +157,7 @@ class CheckmateBackend:
                 100 * error.minimum / no_remat.peak_memory,
             )
             budget = error.minimum
-            plan = solve(graph, budget, method=self.method, **self.solve_options)
+            plan = solve(graph, budget, method=self.method, **self._options_left(started))
         region = PlannedRegion(index, graph.size, budget, no_remat.peak_memory, plan, no_remat.cost)
         self.regions.append(region)
         log.log(
@@ -172,6 +174,14 @@ class CheckmateBackend:
         schedule = lower(graph, plan.R, plan.S)
         return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
 
+    def _options_left(self, started: float) -> dict[str, Any]:
+        """The options of a region's later solve: `time_limit` is the region's, counted from `started`, its first
+        solve."""
+        limit = self.solve_options.get("time_limit")
+        if limit is None:
+            return self.solve_options
+        return within_time_left(self.method, self.solve_options, limit, started)
+
 
 def backend(
     budget: int | float | str, *, method: str = "optimal", cost_model: str = "profile", **solve_options: Any
@@ -185,21 +195,21 @@ def backend(
             goes: a region that cannot reach it is planned at the smallest budget known to fit, with a warning.
         method: a strategy name from `checkmate methods`.
         cost_model: "profile" prices nodes by their compiled functions' measured time; "flops" by FLOPs.
-        **solve_options: options of the method, such as `time_limit=60` (default 120 s for optimal and approx).
+        **solve_options: options of the method, such as `time_limit=60`: the seconds for each region's search,
+            a fraction's fallback to the smallest budget known to fit included. As for `checkmate.compile`,
+            "optimal" and "approx" default to DEFAULT_TIME_LIMIT (120 s) and "optimal" stops once its plan is
+            proven within DEFAULT_GAP (1 %) of its lower bound (`checkmate.search_defaults`; pass `mip_gap=1e-4`
+            to search on).
 
     Example:
         >>> model = torch.compile(model, backend=checkmate.backend(budget=0.5, time_limit=30))
         >>> loss_fn(model(x), y).backward()
     """
-    names = sorted(strategy.name for strategy in strategies())
-    if method not in names:
-        raise InvalidArgument(f"unknown method {method!r}; choose one of {names}")
+    check_solve_options(method, solve_options)
     if cost_model not in ("profile", "flops"):
         raise InvalidArgument(f"cost_model must be 'profile' or 'flops', got {cost_model!r}")
     resolve_budget(budget, 1)
-    if method in ("optimal", "approx"):
-        solve_options.setdefault("time_limit", 120.0)
-    return CheckmateBackend(budget, method, cost_model, solve_options)
+    return CheckmateBackend(budget, method, cost_model, with_search_defaults(method, solve_options))
 
 
 def _run_as_built(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:

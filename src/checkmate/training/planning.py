@@ -24,6 +24,7 @@ from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
 from checkmate.graph import Graph
 from checkmate.plan import Plan
+from checkmate.search_defaults import within_time_left
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import DISPLAY_OPTIONS, solve
 from checkmate.strategies.feasibility import in_fraction_of_peak
@@ -204,12 +205,9 @@ def _slot(model: nn.Module, qualified_name: str) -> tuple[nn.Module, str]:
 
 def _solve_options(settings: Settings, started: float) -> dict[str, Any]:
     """The method's options for a solve starting now: its `time_limit` cut to what is left of the planning time."""
-    if settings.planning_time_limit is None or "time_limit" not in (option_names(settings.method) or ()):
+    if settings.planning_time_limit is None:
         return settings.solve_options
-    left = max(0.0, settings.planning_time_limit - (time.perf_counter() - started))
-    asked = settings.solve_options.get("time_limit")
-    log.info("planning time left for the solve: %.1f s", left)
-    return {**settings.solve_options, "time_limit": left if asked is None else min(asked, left)}
+    return within_time_left(settings.method, settings.solve_options, settings.planning_time_limit, started)
 
 
 def _cached_solve(
