@@ -150,12 +150,13 @@ def retention_bound(
         return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
     plain = _solved(graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop))
     answers = [plain]
-    covered = _encode(graph, budget) if cover else None
-    adds_rows = covered is not None and covered.cover.num_columns > 0
-    variables = 0 if covered is None else covered.problem.num_variables
 
     def stopped() -> bool:
         return should_stop is not None and should_stop()
+
+    covered = _encode(graph, budget) if cover and not stopped() else None
+    adds_rows = covered is not None and covered.cover.num_columns > 0
+    variables = 0 if covered is None else covered.problem.num_variables
 
     def options(remaining: float | None) -> SolveOptions:
         limit = solver_time_limit(remaining, variables, load_seconds_per_variable)
@@ -182,7 +183,7 @@ def retention_bound(
         answers[-1].extra if len(answers) > 1 else float("nan"),
         ["not solved", "its LP relaxation", "its MILP"][len(answers) - 1],
     )
-    solved_to_the_end = len(answers) == 3 or not adds_rows
+    solved_to_the_end = len(answers) == 3 or not (adds_rows or (cover and covered is None))
     return RetentionBound(
         float(graph.costs.sum()) + best.extra,
         answers[-1].proven and solved_to_the_end,
