@@ -116,6 +116,7 @@ def retention_bound(
     load_seconds_per_variable: float = 0.0,
     cover: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> RetentionBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes.
 
@@ -133,6 +134,7 @@ def retention_bound(
             variables (the solver would overrun the limit loading it).
         cover: False solves the retention MILP alone (to measure what the input cover adds).
         should_stop: polled by the solver; when it returns True the solves stop and what they proved counts.
+        interrupted: a stop the solver is not waited for (`SolveOptions.interrupted`).
 
     Raises:
         InfeasibleBudget: when no plan fits the budget: some node cannot run even with nothing else live, or the
@@ -148,7 +150,9 @@ def retention_bound(
         presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
         log.info("retention bound not solved: %.2f s is too little to presolve its MILP (%.2f s)", time_limit, presolve)
         return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
-    plain = _solved(graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop))
+    plain = _solved(
+        graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop, interrupted=interrupted)
+    )
     answers = [plain]
 
     def stopped() -> bool:
@@ -160,7 +164,7 @@ def retention_bound(
 
     def options(remaining: float | None) -> SolveOptions:
         limit = solver_time_limit(remaining, variables, load_seconds_per_variable)
-        return SolveOptions(time_limit=limit, should_stop=should_stop)
+        return SolveOptions(time_limit=limit, should_stop=should_stop, interrupted=interrupted)
 
     if (
         covered is not None

@@ -7,9 +7,10 @@ thread is inside a solver. So `solve_detached` runs the solve in a worker thread
 short slices:
 
 * Ctrl-C is handled at once (for example by `checkmate.progress.stop_on_interrupt`);
-* once `should_stop` returns True, the solver has `GRACE_SECONDS` to return its incumbent; after that the answer is
-  NO_SOLUTION (no incumbent, no bound, which every caller already handles as a solve stopped early) and the solver,
-  asked to stop, ends alone at its next callback or its time limit;
+* once `interrupted` returns True (`SolveOptions.interrupted`: Ctrl-C, not a time limit), the solver has
+  `GRACE_SECONDS` to return its incumbent; after that the answer is NO_SOLUTION (no incumbent, no bound, which every
+  caller already handles as a solve stopped early) and the solver, asked to stop, ends alone at its next callback or
+  its time limit. A solver stopped by a time limit is waited for, as it returns its incumbent and bound;
 * when waiting ends with an exception (a second Ctrl-C raises KeyboardInterrupt), the solver is asked to stop too.
 
 The worker is not a daemon thread: at exit the interpreter waits for a solve left running rather than finalizing
@@ -36,12 +37,12 @@ POLL_SECONDS = 0.05
 
 def solve_detached(solve: Callable[[SolveOptions], MilpSolution], options: SolveOptions, solver: str) -> MilpSolution:
     """`solve(options)` run in a worker thread (module doc); `solve` gets `options` whose `should_stop` is also True
-    once the caller stopped waiting. `solver` names the solver in the log."""
+    once interrupted or once the caller stopped waiting. `solver` names the solver in the log."""
     abandoned = threading.Event()
-    asked = options.should_stop
+    asked, interrupted = options.should_stop, options.interrupted
 
     def should_stop() -> bool:
-        return abandoned.is_set() or (asked is not None and asked())
+        return abandoned.is_set() or (interrupted is not None and interrupted()) or (asked is not None and asked())
 
     outcome: list[MilpSolution | BaseException] = []
 
@@ -58,11 +59,11 @@ def solve_detached(solve: Callable[[SolveOptions], MilpSolution], options: Solve
     try:
         while worker.is_alive():
             worker.join(POLL_SECONDS)
-            if stop_seen is None and asked is not None and asked():
+            if stop_seen is None and interrupted is not None and interrupted():
                 stop_seen = time.perf_counter()
             if worker.is_alive() and stop_seen is not None and time.perf_counter() - stop_seen >= GRACE_SECONDS:
                 abandoned.set()
-                log.info("%s did not return within %.1f s of a stop: answering without it", solver, GRACE_SECONDS)
+                log.info("%s did not return within %.1f s of an interrupt: answering without it", solver, GRACE_SECONDS)
                 return MilpSolution(SolveStatus.NO_SOLUTION, None, None, None, time.perf_counter() - started, solver)
     except BaseException:
         abandoned.set()
