@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate import disk_cache
+from checkmate import disk_cache, progress_lines
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
@@ -100,12 +100,14 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     budget with less recomputation), and the plan of least predicted cost is kept. The budget in bytes is resolved
     once, against the first capture's peak without recomputation. When no capture fits, the error names the
     smallest budget any of them could meet. Ctrl-C during a search ends it with its best plan and plans no further
-    capture (`checkmate.progress.interrupt_scope`); Ctrl-C during capture raises KeyboardInterrupt."""
+    capture (`checkmate.progress.interrupt_scope`); Ctrl-C during capture raises KeyboardInterrupt. Profiling shows
+    progress lines as the search does (`checkmate.progress_lines`), unless the options say `progress`."""
     budget: int | None = None
     best: Compiled | None = None
     refusals: list[InfeasibleBudget] = []
     started = time.perf_counter()
-    with interrupt_scope() as interrupted:
+    progress = settings.solve_options.get("progress"), settings.solve_options.get("progress_interval")
+    with interrupt_scope() as interrupted, progress_lines.shown(progress[0] is None, progress[1]):
         for choice in capture_choices(settings.executor, settings.channels_last, model):
             try:
                 planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started)
