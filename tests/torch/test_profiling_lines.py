@@ -34,11 +34,15 @@ def _lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith(("checkmate: profiling", "checkmate: measuring"))]
 
 
-def test_profiling_shows_a_first_line_and_then_where_it_is(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def slow_profiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache, and ops that take a few milliseconds each to time."""
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(profile, "_cpu_timer", _slow_timer)
+
+
+@pytest.mark.usefixtures("slow_profiling")
+def test_profiling_shows_a_first_line_and_then_where_it_is(capsys: pytest.CaptureFixture[str]) -> None:
     with unconfigured():
         _compile(progress_interval=0.05)
     lines = _lines(capsys.readouterr().err)
@@ -49,11 +53,8 @@ def test_profiling_shows_a_first_line_and_then_where_it_is(
     assert any(" pass " in line and " of at most " in line and ", op " in line for line in lines), lines
 
 
-def test_progress_false_silences_profiling(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(profile, "_cpu_timer", _slow_timer)
+@pytest.mark.usefixtures("slow_profiling")
+def test_progress_false_silences_profiling(capsys: pytest.CaptureFixture[str]) -> None:
     with unconfigured():
         _compile(progress_interval=0.05, progress=False)
     assert not _lines(capsys.readouterr().err)
