@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -148,11 +149,37 @@ class SearchControl:
             self.callback(snapshot)
 
 
+# Set once Ctrl-C stopped a search of the call in progress (`interrupt_scope`); None outside any scope.
+_interrupted: ContextVar[threading.Event | None] = ContextVar("checkmate_interrupted", default=None)
+
+
+@contextlib.contextmanager
+def interrupt_scope() -> Iterator[threading.Event]:
+    """One Ctrl-C for a call that runs several searches (`checkmate.compile` plans several captures): the event
+    yielded is set once Ctrl-C stopped one of them, and every later search of the scope starts stopped (it answers
+    at once with what it has; Ctrl-C during it raises KeyboardInterrupt). Outside a search Ctrl-C raises
+    KeyboardInterrupt as usual. A scope inside another is the same scope."""
+    outer = _interrupted.get()
+    if outer is not None:
+        yield outer
+        return
+    interrupted = threading.Event()
+    token = _interrupted.set(interrupted)
+    try:
+        yield interrupted
+    finally:
+        _interrupted.reset(token)
+
+
 @contextlib.contextmanager
 def stop_on_interrupt(control: SearchControl) -> Iterator[None]:
     """While inside, the first Ctrl-C asks `control` to stop (the search returns its best plan); a second one
-    raises KeyboardInterrupt as usual. Outside the main thread signals cannot be caught, and nothing changes.
+    raises KeyboardInterrupt as usual. Inside an `interrupt_scope` whose search was stopped already, `control` is
+    stopped at once. Outside the main thread signals cannot be caught, and nothing changes.
     """
+    scope = _interrupted.get()
+    if scope is not None and scope.is_set():
+        control.request_stop()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -162,6 +189,8 @@ def stop_on_interrupt(control: SearchControl) -> Iterator[None]:
             raise KeyboardInterrupt
         log.warning("interrupted: finishing with the best plan so far (Ctrl-C again to abort)")
         control.request_stop()
+        if scope is not None:
+            scope.set()
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:

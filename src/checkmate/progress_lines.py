@@ -7,6 +7,9 @@ logging (no handler on the root logger or `checkmate`'s, no level set on `checkm
 handler attached for the search's duration, as `logging.lastResort` shows warnings; otherwise they go where the
 program's logging sends them. `progress=False` (an option of `checkmate.solve` and `checkmate.compile`), or a level
 above INFO on the `checkmate` logger, silences them.
+
+Other long work before a search (profiling the ops of a model in `checkmate.compile`) shows its lines the same way
+through `work_lines`; `checkmate.compile` passes its `progress` and `progress_interval` to it with `shown`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 from checkmate.progress import Progress, SearchControl
 
@@ -49,20 +53,54 @@ def describe(snapshot: Progress, base_cost: float) -> str:
 @contextlib.contextmanager
 def progress_lines(control: SearchControl, base_cost: float, *, interval: float = INTERVAL) -> Iterator[None]:
     """While inside, log `describe(control.snapshot())` every `interval` seconds (module doc)."""
+    with _to_stderr_unless_configured(), _beating(lambda: describe(control.snapshot(), base_cost), interval):
+        yield
+
+
+# Whether `work_lines` shows lines in this context, and every how many seconds (`shown`).
+_work_lines: ContextVar[tuple[bool, float | None]] = ContextVar("checkmate_work_lines", default=(True, None))
+
+
+@contextlib.contextmanager
+def shown(enabled: bool, interval: float | None = None) -> Iterator[None]:
+    """While inside, `work_lines` shows its lines when `enabled`, every `interval` seconds (None: `INTERVAL`)."""
+    token = _work_lines.set((enabled, interval))
+    try:
+        yield
+    finally:
+        _work_lines.reset(token)
+
+
+@contextlib.contextmanager
+def work_lines(first: str, now: Callable[[], str]) -> Iterator[None]:
+    """Log `first` at once, then `now()` every interval while inside, as a search's lines go (module doc); nothing
+    inside `shown(False)`."""
+    enabled, interval = _work_lines.get()
+    if not enabled:
+        yield
+        return
+    with _to_stderr_unless_configured():
+        log.info("%s", first)
+        with _beating(now, INTERVAL if interval is None else interval):
+            yield
+
+
+@contextlib.contextmanager
+def _beating(line: Callable[[], str], interval: float) -> Iterator[None]:
+    """While inside, a thread logs `line()` every `interval` seconds."""
     done = threading.Event()
 
     def beat() -> None:
         while not done.wait(interval):
-            log.info("%s", describe(control.snapshot(), base_cost))
+            log.info("%s", line())
 
-    with _to_stderr_unless_configured():
-        thread = threading.Thread(target=beat, name="checkmate-progress", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+    thread = threading.Thread(target=beat, name="checkmate-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _configured() -> bool:

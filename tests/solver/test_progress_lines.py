@@ -4,11 +4,10 @@ configured; nothing with `progress=False` or a level above INFO on the "checkmat
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 
 import pytest
+from unconfigured_logging import unconfigured
 
 import checkmate
 from checkmate import progress_lines
@@ -20,21 +19,6 @@ GRAPH = random_training_graph(60, seed=0)  # its search runs past the time limit
 def _search(**options: object) -> checkmate.Plan:
     budget = int(0.7 * checkmate.solve(GRAPH, None).peak_memory)
     return checkmate.solve(GRAPH, budget, method="optimal", time_limit=1.0, **options)  # type: ignore[arg-type]
-
-
-@contextlib.contextmanager
-def unconfigured() -> Iterator[None]:
-    """Logging as in a script that never configures it (pytest's capture handlers, added to the root logger for
-    each phase of a test, taken off while inside)."""
-    root, package = logging.getLogger(), logging.getLogger("checkmate")
-    saved = root.handlers, package.handlers, package.level
-    root.handlers, package.handlers = [], []
-    package.setLevel(logging.NOTSET)
-    try:
-        yield
-    finally:
-        root.handlers, package.handlers = saved[0], saved[1]
-        package.setLevel(saved[2])
 
 
 def _lines(err: str) -> list[str]:

@@ -95,6 +95,7 @@ def closure_bound(
     stages: int = STAGES_TRIED,
     load_seconds_per_variable: float = 0.0,
     should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> ClosureBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes (module doc).
 
@@ -107,6 +108,7 @@ def closure_bound(
         load_seconds_per_variable: a stage's MILP is not handed to the solver when less time is left than this
             times its variables.
         should_stop: polled by the solver and between stages; once it returns True, the stages left are not tried.
+        interrupted: a stop the solver is not waited for (`SolveOptions.interrupted`).
 
     Raises:
         InfeasibleBudget: when a stage's MILP is infeasible: no plan fits (`minimum` is None).
@@ -131,7 +133,7 @@ def closure_bound(
         if (limit is not None and limit <= 0) or (should_stop is not None and should_stop()):
             proven = False
             break
-        extra, solved, x = solve_stage(problem, limit, should_stop)
+        extra, solved, x = solve_stage(problem, limit, should_stop, interrupted)
         if extra is None:
             raise _infeasible(
                 graph,
@@ -224,7 +226,10 @@ def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def solve_stage(
-    problem: MilpProblem, time_limit: float | None, should_stop: Callable[[], bool] | None = None
+    problem: MilpProblem,
+    time_limit: float | None,
+    should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> tuple[float | None, bool, np.ndarray | None]:
     """The MILP's proven extra cost (its dual bound when stopped by the clock; zero when it has none; None when the
     MILP is infeasible), whether it was solved to optimality, and its solution (None without one). Costs are
@@ -232,7 +237,7 @@ def solve_stage(
     unit = 2.0 ** math.ceil(math.log2(max(float(problem.c.max(initial=0.0)), 1e-300)))
     solution = lp_backend().solve(
         dataclasses.replace(problem, c=problem.c / unit),
-        SolveOptions(time_limit=time_limit, mip_gap=1e-9, should_stop=should_stop),
+        SolveOptions(time_limit=time_limit, mip_gap=1e-9, should_stop=should_stop, interrupted=interrupted),
     )
     if solution.status is SolveStatus.INFEASIBLE:
         return None, True, None

@@ -45,6 +45,7 @@ def relaxation(
     *,
     time_limit: float | None = None,
     should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
     load_seconds_per_variable: float = 0.0,
 ) -> Relaxation:
     """Solve the LP relaxation for `graph` within `budget` bytes (see `Relaxation`). When `time_limit` is below
@@ -61,7 +62,9 @@ def relaxation(
         )
         return Relaxation(trivial, None)
     solver_limit = solver_time_limit(time_limit, problem.num_variables, load_seconds_per_variable)
-    solution = lp_backend().solve(problem.relaxed(), SolveOptions(time_limit=solver_limit, should_stop=should_stop))
+    solution = lp_backend().solve(
+        problem.relaxed(), SolveOptions(time_limit=solver_limit, should_stop=should_stop, interrupted=interrupted)
+    )
     if solution.status is SolveStatus.INFEASIBLE:
         return Relaxation(None, None)
     S_fractional = None if solution.x is None else decode_fractional(solution.x, index)[1]

@@ -116,6 +116,7 @@ def retention_bound(
     load_seconds_per_variable: float = 0.0,
     cover: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> RetentionBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes.
 
@@ -133,6 +134,7 @@ def retention_bound(
             variables (the solver would overrun the limit loading it).
         cover: False solves the retention MILP alone (to measure what the input cover adds).
         should_stop: polled by the solver; when it returns True the solves stop and what they proved counts.
+        interrupted: a stop the solver is not waited for (`SolveOptions.interrupted`).
 
     Raises:
         InfeasibleBudget: when no plan fits the budget: some node cannot run even with nothing else live, or the
@@ -148,18 +150,21 @@ def retention_bound(
         presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
         log.info("retention bound not solved: %.2f s is too little to presolve its MILP (%.2f s)", time_limit, presolve)
         return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
-    plain = _solved(graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop))
+    plain = _solved(
+        graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop, interrupted=interrupted)
+    )
     answers = [plain]
-    covered = _encode(graph, budget) if cover else None
-    adds_rows = covered is not None and covered.cover.num_columns > 0
-    variables = 0 if covered is None else covered.problem.num_variables
 
     def stopped() -> bool:
         return should_stop is not None and should_stop()
 
+    covered = _encode(graph, budget) if cover and not stopped() else None
+    adds_rows = covered is not None and covered.cover.num_columns > 0
+    variables = 0 if covered is None else covered.problem.num_variables
+
     def options(remaining: float | None) -> SolveOptions:
         limit = solver_time_limit(remaining, variables, load_seconds_per_variable)
-        return SolveOptions(time_limit=limit, should_stop=should_stop)
+        return SolveOptions(time_limit=limit, should_stop=should_stop, interrupted=interrupted)
 
     if (
         covered is not None
@@ -182,7 +187,7 @@ def retention_bound(
         answers[-1].extra if len(answers) > 1 else float("nan"),
         ["not solved", "its LP relaxation", "its MILP"][len(answers) - 1],
     )
-    solved_to_the_end = len(answers) == 3 or not adds_rows
+    solved_to_the_end = len(answers) == 3 or not (adds_rows or (cover and covered is None))
     return RetentionBound(
         float(graph.costs.sum()) + best.extra,
         answers[-1].proven and solved_to_the_end,

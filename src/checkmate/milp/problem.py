@@ -91,6 +91,9 @@ class SolveOptions:
         on_progress: called during a MIP solve with (incumbent objective or None, proven bound or None), in the
             problem's own objective, whenever either improves (and now and then otherwise).
         should_stop: polled during a MIP solve; when it returns True the solver stops and returns its incumbent.
+        interrupted: a stop that must not wait for the solver (Ctrl-C): once it returns True, the solver is asked
+            to stop and given `checkmate.milp.backends.detached.GRACE_SECONDS` to answer, after which the solve
+            returns NO_SOLUTION without it.
     """
 
     time_limit: float | None = None
@@ -101,6 +104,7 @@ class SolveOptions:
     seed: int = 0
     on_progress: Callable[[float | None, float | None], None] | None = None
     should_stop: Callable[[], bool] | None = None
+    interrupted: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

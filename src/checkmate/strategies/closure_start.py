@@ -60,6 +60,7 @@ def closure_start(
     method: str,
     time_limit: float | None = None,
     should_stop: Callable[[], bool] | None = None,
+    interrupted: Callable[[], bool] | None = None,
 ) -> Plan | None:
     """The plan of the module doc from `found`'s answer, repaired while it peaks above `budget` and time is left
     (it may still exceed the budget: the caller checks); None when `found` has no answer."""
@@ -84,7 +85,7 @@ def closure_start(
             row_lower=np.concatenate([milp.problem.row_lower, [-rhs for _, rhs in rows]]),
             row_upper=np.full(milp.problem.row_lower.size + len(rows), np.inf),
         )
-        _, _, x = solve_stage(problem, left, should_stop)
+        _, _, x = solve_stage(problem, left, should_stop, interrupted)
         if x is None:
             break
         held, rebuilt = stage_answer(milp.nodes, x)

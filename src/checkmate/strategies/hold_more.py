@@ -93,6 +93,8 @@ def swap_holds(
     """Iterated local search: drop every hold of a few held nodes (drawn with weight bytes x stages held), let
     `hold_more` spend the freed memory on other nodes, and keep the result when it is cheaper; until time is up or
     `SWAP_ATTEMPTS` drops in a row gave nothing."""
+    if control.stopped:
+        return plan
     search = LocalSearch(graph, budget, control, policy)
     best = search.state(plan.S)
     if best.excess > 0 or policy.cheaper(plan.cost, best.cost):

@@ -94,6 +94,7 @@ def round_relaxation(
         budget,
         time_limit=control.share(policy.relaxation_share),
         should_stop=lambda: control.stopped,
+        interrupted=lambda: control.interrupted,
         load_seconds_per_variable=policy.load_seconds_per_variable,
     )
     if lp.bound is None:
@@ -180,7 +181,9 @@ def _relaxation(
     if policy.too_little_time(control.remaining(), problem.num_variables):
         return None
     time_limit = policy.solver_time_limit(control.remaining(), problem.num_variables)
-    options = SolveOptions(time_limit=time_limit, should_stop=lambda: control.stopped)
+    options = SolveOptions(
+        time_limit=time_limit, should_stop=lambda: control.stopped, interrupted=lambda: control.interrupted
+    )
     solution = lp_backend().solve(problem.relaxed(), options)
     if solution.x is None:
         log.info("the LP at ε = %g has no solution (%s)", epsilon, solution.status.value)

@@ -118,6 +118,7 @@ def solve_milp(
         seed=settings.seed,
         on_progress=_reporter(control, phase, scale.exact),
         should_stop=lambda: control.stopped,
+        interrupted=lambda: control.interrupted,
     )
     start = _start(graph, problem, index, fallback, policy) if settings.warm_start else None
     solution = milp_backend(settings.backend, problem.num_variables).solve(problem, options, start)

@@ -97,10 +97,18 @@ def starting_plans(
         def stopped() -> bool:
             return clock.stopped
 
+        def interrupted() -> bool:
+            return clock.interrupted
+
         retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
         found = _or_infeasible(
             lambda: retention_bound(
-                graph, budget, time_limit=retention_time, load_seconds_per_variable=load, should_stop=stopped
+                graph,
+                budget,
+                time_limit=retention_time,
+                load_seconds_per_variable=load,
+                should_stop=stopped,
+                interrupted=interrupted,
             ),
             failure,
         )
@@ -110,7 +118,12 @@ def starting_plans(
         closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
         closure = _or_infeasible(
             lambda: closure_bound(
-                graph, budget, time_limit=closure_time, load_seconds_per_variable=load, should_stop=stopped
+                graph,
+                budget,
+                time_limit=closure_time,
+                load_seconds_per_variable=load,
+                should_stop=stopped,
+                interrupted=interrupted,
             ),
             failure,
         )
@@ -125,6 +138,7 @@ def starting_plans(
                 method=method,
                 time_limit=clock.share(policy.closure_share),
                 should_stop=stopped,
+                interrupted=interrupted,
             )
         if seed is not None and seed.peak_memory <= budget:
             plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))

@@ -53,6 +53,7 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
+from checkmate.progress_lines import work_lines
 from checkmate.torch_capture.allocator import allocation_events, event_tree, memory_profile, walk
 from checkmate.torch_capture.grouping import find_owners
 from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
@@ -84,7 +85,21 @@ class OpProfile:
 
 
 # One measurement pass: runs the graph's ops and returns the measured value of each of the named (missing) ops.
-Measure = Callable[[set[str]], dict[str, float]]
+Measure = Callable[[set[str], "_Tally"], dict[str, float]]
+
+
+@dataclass
+class _Tally:
+    """How far a measurement is, for its progress lines: `done` ops run, in passes of `ops` ops, at most `passes`."""
+
+    what: str
+    ops: int
+    passes: int
+    done: int = 0
+
+    def line(self) -> str:
+        run, op = divmod(self.done, max(self.ops, 1))
+        return f"{self.what}: pass {min(run + 1, self.passes)} of at most {self.passes}, op {op:,} of {self.ops:,}"
 
 
 def cache_directory() -> Path:
@@ -136,23 +151,31 @@ def profile_per_op(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
                 cache_directory() / f"{device_key(device)}.json",
                 signatures,
                 allocating,
-                lambda missing: _time(module, inputs, device, missing),
+                lambda missing, tally: _time(module, inputs, device, missing, tally),
+                _Tally(f"profiling op times on {device.type}", len(signatures), WARMUP + MAX_REPEATS),
             )
         scratch = _cached(
             cache_directory() / f"scratch-{device_key(device, torch.get_num_threads())}.json",
             signatures,
             allocating,
-            lambda missing: _scratch(module, inputs, device, missing),
+            lambda missing, tally: _scratch(module, inputs, device, missing, tally),
+            _Tally(f"measuring scratch memory on {device.type}", len(signatures), 1),
         )
     return OpProfile(costs=seconds, scratch_bytes={name: int(value) for name, value in scratch.items()})
 
 
-def _cached(path: Path, signatures: dict[str, str], allocating: frozenset[str], measure: Measure) -> dict[str, float]:
+def _cached(
+    path: Path, signatures: dict[str, str], allocating: frozenset[str], measure: Measure, tally: _Tally
+) -> dict[str, float]:
     """The value of every call node: 0 for ops that allocate nothing, else from the cache file at `path`, measuring
-    (and storing) the allocating ops whose signature it lacks."""
+    (and storing) the allocating ops whose signature it lacks, with progress lines (`tally`) meanwhile."""
     cache = _load(path)
     missing = {name for name in allocating if signatures[name] not in cache}
-    fresh = {signatures[name]: value for name, value in measure(missing).items()} if missing else {}
+    fresh: dict[str, float] = {}
+    if missing:
+        first = f"{tally.what}: {len(missing):,} ops of {tally.ops:,} to measure; cached for the next compile"
+        with work_lines(first, tally.line):
+            fresh = {signatures[name]: value for name, value in measure(missing, tally).items()}
     if fresh:
         _store(path, fresh)
     log.info("profile %s: %d ops measured, the rest from the cache", path.name, len(missing))
@@ -161,18 +184,18 @@ def _cached(path: Path, signatures: dict[str, str], allocating: frozenset[str], 
 
 
 def _time(
-    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str]
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str], tally: _Tally
 ) -> dict[str, float]:
     """Median seconds of each op in `missing` over timed passes after `WARMUP` passes, until their total settles
     (see the module doc)."""
     timer = _cuda_timer if device.type == "cuda" else _cpu_timer
     for _ in range(WARMUP):
-        for _ in _run(module, inputs, timer):
+        for _ in _run(module, inputs, timer, tally):
             pass
     timings: dict[str, list[float]] = {name: [] for name in missing}
     total = None
     for repeat in range(1, MAX_REPEATS + 1):
-        for node, seconds in _run(module, inputs, timer):
+        for node, seconds in _run(module, inputs, timer, tally):
             if node.name in missing:
                 timings[node.name].append(seconds)
         medians = {name: statistics.median(values) for name, values in timings.items()}
@@ -184,12 +207,14 @@ def _time(
     return medians
 
 
-def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], measure: Any) -> Iterator[Any]:
+def _run(
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], measure: Any, tally: _Tally | None = None
+) -> Iterator[Any]:
     """Run the graph op by op on real tensors, freeing each value after its last use.
 
     Yields `(node, args, kwargs)` for each call node when `measure` is None; otherwise runs each op
     through `measure(node, args, kwargs)`, which returns the op's result and a measurement, and yields
-    `(node, measurement)`.
+    `(node, measurement)`. Each op run is counted in `tally`.
     """
     nodes = list(module.graph.nodes)
     last_use = {argument: index for index, node in enumerate(nodes) for argument in node.all_input_nodes}
@@ -208,6 +233,8 @@ def _run(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], measure: 
             else:
                 env[node], measurement = measure(node, args, kwargs)
                 yield node, measurement
+            if tally is not None:
+                tally.done += 1
             stride = traced_stride(node)
             if stride is not None:
                 env[node] = conform_layout(env[node], stride)
@@ -237,13 +264,13 @@ def _cuda_timer(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, float
 
 
 def _scratch(
-    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str]
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str], tally: _Tally
 ) -> dict[str, float]:
     """Scratch bytes of each op in `missing`, from one pass over the graph."""
     if device.type == "cuda":
         measure = functools.partial(_cuda_scratch, device)
-        return {node.name: value for node, value in _run(module, inputs, measure) if node.name in missing}
-    return _cpu_scratch(module, inputs, missing)
+        return {node.name: value for node, value in _run(module, inputs, measure, tally) if node.name in missing}
+    return _cpu_scratch(module, inputs, missing, tally)
 
 
 def _cuda_scratch(device: torch.device, node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, int]:
@@ -253,11 +280,13 @@ def _cuda_scratch(device: torch.device, node: torch.fx.Node, args: Any, kwargs: 
     return result, max(0, torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device))
 
 
-def _cpu_scratch(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], missing: set[str]) -> dict[str, float]:
+def _cpu_scratch(
+    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], missing: set[str], tally: _Tally
+) -> dict[str, float]:
     """Run the graph under the memory profiler, each op in its own span, and read each op's scratch from the
     allocation events inside its span: the highest running total minus the running total after its last event."""
     with memory_profile() as profiler:
-        for _ in _run(module, inputs, _in_span):
+        for _ in _run(module, inputs, _in_span, tally):
             pass
     roots = event_tree(profiler)
     events = allocation_events(roots)

@@ -18,12 +18,13 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate import disk_cache
+from checkmate import disk_cache, progress_lines
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
 from checkmate.graph import Graph
 from checkmate.plan import Plan
+from checkmate.progress import interrupt_scope
 from checkmate.search_defaults import within_time_left
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import DISPLAY_OPTIONS, solve
@@ -99,26 +100,32 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
     budget with less recomputation), and the plan of least predicted cost is kept. The budget in bytes is resolved
     once, against the first capture's peak without recomputation. When no capture fits, the error names the
-    smallest budget any of them could meet."""
+    smallest budget any of them could meet. Ctrl-C during a search ends it with its best plan and plans no further
+    capture (`checkmate.progress.interrupt_scope`); Ctrl-C during capture raises KeyboardInterrupt. Profiling shows
+    progress lines as the search does (`checkmate.progress_lines`), unless the options say `progress`."""
     budget: int | None = None
     best: Compiled | None = None
     refusals: list[InfeasibleBudget] = []
     started = time.perf_counter()
-    for choice in capture_choices(settings.executor, settings.channels_last, model):
-        try:
-            planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started)
-        except InfeasibleBudget as refusal:
-            log.info("%s: %s", choice.description, refusal)
-            budget = refusal.budget
-            refusals.append(refusal)
-            continue
-        if budget is None:
-            budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
-        log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
-        if best is None or planned.plan.cost < best.plan.cost:
-            best = planned
-        if not planned.plan.recomputes:
-            break
+    progress = settings.solve_options.get("progress"), settings.solve_options.get("progress_interval")
+    with interrupt_scope() as interrupted, progress_lines.shown(progress[0] is None, progress[1]):
+        for choice in capture_choices(settings.executor, settings.channels_last, model):
+            try:
+                planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started)
+            except InfeasibleBudget as refusal:
+                log.info("%s: %s", choice.description, refusal)
+                budget = refusal.budget
+                refusals.append(refusal)
+                if interrupted.is_set():
+                    break
+                continue
+            if budget is None:
+                budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
+            log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
+            if best is None or planned.plan.cost < best.plan.cost:
+                best = planned
+            if not planned.plan.recomputes or interrupted.is_set():
+                break
     if best is None:
         raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
     with disk_cache.caching(settings.cache):  # the Inductor executor compiles and measures its fused runs here

@@ -4,7 +4,8 @@ Progress and stopping (`SolveOptions.on_progress` / `should_stop`) go through hi
 bound, HiGHS calls the MIP interrupt callback every few tenths of a second (it is where `should_stop` is polled and
 where the primal and dual bounds are reported, at most once a second) and the improving-solution callback at each
 new incumbent (reported at once). HiGHS calls no callback while it presolves or solves the root LP relaxation of a
-MIP, so a stop asked then takes effect when branch and bound starts (or at `time_limit`). A pure LP polls
+MIP, so a stop asked then takes effect when branch and bound starts (or at `time_limit`): the solve runs in a worker
+thread that the caller stops waiting on (`checkmate.milp.backends.detached`). A pure LP polls
 `should_stop` from the simplex and IPM interrupt callbacks (once per iteration, checked every 50 ms). An exception
 raised by a hook (KeyboardInterrupt included) stops the solve and is raised again once HiGHS has returned: HiGHS
 would otherwise swallow it and report a solve error.
@@ -26,6 +27,7 @@ import numpy as np
 
 from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.base import SolverHooks
+from checkmate.milp.backends.detached import solve_detached
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ class HighsBackend:
     def solve(self, problem: MilpProblem, options: SolveOptions, start: np.ndarray | None = None) -> MilpSolution:
         if not self.is_available():
             raise SolverUnavailable("highspy is not installed: pip install highspy (or choose backend='scip')")
+        return solve_detached(lambda detached: self._solve(problem, detached, start), options, "HiGHS")
+
+    def _solve(self, problem: MilpProblem, options: SolveOptions, start: np.ndarray | None) -> MilpSolution:
         import highspy
 
         with _stdout_silenced(not options.verbose):

@@ -5,10 +5,11 @@ Progress and stopping (`SolveOptions.on_progress` / `should_stop`) go through an
 (BESTSOLFOUND) is reported at once, and after each solved node or LP (NODESOLVED, LPSOLVED) the primal and dual
 bounds are reported at most once a second and `should_stop` is polled; when it returns True the handler calls
 `interruptSolve()` and SCIP returns its incumbent. No event arrives while SCIP presolves or solves one LP, so a stop
-asked then takes effect at the next event (or at `time_limit`). With `should_stop` given, SCIP's own Ctrl-C handler
-is turned off (misc/catchctrlc), so Ctrl-C reaches Python's handler (for example `checkmate.progress.
-stop_on_interrupt`) at the next event. An exception raised by a hook (KeyboardInterrupt included) interrupts the
-solve and is raised again once SCIP has returned.
+asked then takes effect at the next event (or at `time_limit`), and a watchdog thread interrupts it sooner. The
+solve runs in a worker thread that the caller stops waiting on (`checkmate.milp.backends.detached`), with SCIP's own
+Ctrl-C handler turned off (misc/catchctrlc), so Ctrl-C reaches Python's handler (for example `checkmate.progress.
+stop_on_interrupt`) at once. An exception raised by a hook interrupts the solve and is raised again once SCIP has
+returned.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 
 from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.base import SolverHooks
+from checkmate.milp.backends.detached import solve_detached
 from checkmate.milp.mps import write_mps
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 
@@ -46,6 +48,9 @@ class ScipBackend:
     def solve(self, problem: MilpProblem, options: SolveOptions, start: np.ndarray | None = None) -> MilpSolution:
         if not self.is_available():
             raise SolverUnavailable("pyscipopt is not installed: pip install pyscipopt (or choose backend='highs')")
+        return solve_detached(lambda detached: self._solve(problem, detached, start), options, "SCIP")
+
+    def _solve(self, problem: MilpProblem, options: SolveOptions, start: np.ndarray | None) -> MilpSolution:
         import pyscipopt
 
         model = pyscipopt.Model()
