@@ -1,5 +1,6 @@
 """approx: the paper's two-phase LP rounding (section 5, Algorithm 2), searching the budget allowance ε, with a
-local search that repairs and improves the rounded checkpoints (`checkmate.strategies.lp_rounding`).
+local search that repairs and improves the rounded checkpoints (`checkmate.strategies.lp_rounding`). The best
+baseline that fits is found first and is the answer where the rounding finds nothing cheaper in its time.
 
 Graphs of more than `SearchPolicy.exact_nodes` nodes are rounded on a coarse graph instead
 (`checkmate.strategies.large_graph`), whose plan is expanded and improved on the full graph: no MILP and no
@@ -23,7 +24,7 @@ from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import final_plan
 from checkmate.strategies.feasibility import infeasible_budget, message_time
-from checkmate.strategies.large_graph import Method, search
+from checkmate.strategies.large_graph import ExactSearch, Method, search
 from checkmate.strategies.lp_rounding import EPSILONS, THRESHOLDS, RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.registry import register
@@ -82,7 +83,7 @@ def approx(
     policy = dataclasses.replace(POLICY, exact_nodes=exact_nodes, coarse_nodes=coarse_nodes)
     settings = RoundingSettings(tuple(epsilons), tuple(thresholds), samples, seed, starts, improve, memory_resolution)
     rounding = partial(_rounding, settings=settings, policy=policy)
-    exact = partial(_rounding_or_baseline, settings=settings, policy=policy)
+    exact = partial(_rounding_or_baseline, rounding, policy)
     method = Method(name=METHOD, exact=exact, coarse=rounding, gap=0.0, swap_holds=False, seed=seed)
     return search(graph, budget, control, method, policy)
 
@@ -101,13 +102,7 @@ def _rounding(
 
 
 def _rounding_or_baseline(
-    graph: Graph,
-    budget: int,
-    control: SearchControl,
-    message_time: float,
-    *,
-    settings: RoundingSettings,
-    policy: SearchPolicy,
+    rounding: ExactSearch, policy: SearchPolicy, graph: Graph, budget: int, control: SearchControl, message_time: float
 ) -> Plan:
     """On a graph rounded as it is: the best baseline that fits (in `starts_share` of the time), then the rounding in
     the rest; the cheaper plan is the answer, the baseline also where the rounding finds none in its time."""
@@ -116,7 +111,7 @@ def _rounding_or_baseline(
     if baseline is not None:
         control.report("baselines", cost=baseline.cost)
     try:
-        rounded: Plan | None = _rounding(graph, budget, control, message_time, settings=settings, policy=policy)
+        rounded: Plan | None = rounding(graph, budget, control, message_time)
     except InfeasibleBudget as error:
         if baseline is None:
             raise
