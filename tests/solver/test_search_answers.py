@@ -34,6 +34,15 @@ def test_a_budget_that_holds_everything_needs_no_time(method: str) -> None:
     assert plan.status == "optimal"
 
 
+@pytest.mark.parametrize("method", ["optimal", "approx"])
+def test_a_search_whose_time_is_spent_runs_no_baselines_after_it(method: str) -> None:
+    graph = random_training_graph(100, seed=0)
+    budget = int(0.5 * _peak(graph))
+    assert best_baseline(graph, budget) is not None  # one fits, but finding it takes time the caller did not give
+    with pytest.raises(checkmate.InfeasibleBudget, match="time limit"):
+        checkmate.solve(graph, budget, method=method, time_limit=0.0)
+
+
 def test_a_stop_before_any_plan_answers_with_a_baseline_that_fits() -> None:
     graph = random_training_graph(100, seed=0)
     budget = int(0.5 * _peak(graph))

@@ -1,3 +1,9 @@
+import itertools
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 
 from checkmate import solve
@@ -17,6 +23,41 @@ def test_budget_grid_runs_from_the_smallest_feasible_budget_to_the_checkpoint_al
     assert budget_grid(linear_graph(6), 4) == [3, 5, 6, 8]
     with pytest.raises(ValueError, match="at least 2"):
         budget_grid(graph, 1)
+
+
+GRID_GRAPH = random_training_graph(6, seed=3)  # its smallest budget, 57 B, is below every baseline's peak (61 B and up)
+
+
+def test_a_budget_grid_is_the_same_however_fast_the_clock_runs(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    graph_file = tmp_path / "graph.json"
+    graph_file.write_text(GRID_GRAPH.to_json())
+    arguments = ["sweep", str(graph_file), "--points", "4", "--methods", "checkpoint_all", "--workers", "1"]
+
+    def swept(name: str) -> list[int]:
+        assert main([*arguments, "--out", str(tmp_path / name)]) == 0
+        return sorted({row["budget"] for row in json.loads((tmp_path / name).read_text())})
+
+    calm = budget_grid(GRID_GRAPH, 4)
+    assert swept("calm.json") == calm and len(calm) == 4
+    real_clock, calls = time.perf_counter, itertools.count()
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + 1000.0 * next(calls))  # a machine far slower
+    assert budget_grid(GRID_GRAPH, 4) == calm
+    assert swept("hurried.json") == calm
+
+
+def test_a_budget_grid_waits_for_no_search_of_the_smallest_budget() -> None:
+    # The peak-minimising MILP does not prove this 41-node graph's smallest budget in minutes.
+    code = (
+        "from checkmate.examples import random_training_graph\n"
+        "from checkmate.experiments.sweep import budget_grid\n"
+        "print(budget_grid(random_training_graph(20, seed=0), 4))\n"
+    )
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("budget_grid ran for more than 60 s on a 41-node graph")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[123, 140, 157, 174]"  # from the lowest baseline peak to checkpoint_all's
 
 
 def test_sweep_rows_are_within_their_budgets_and_monotone_for_greedy() -> None:

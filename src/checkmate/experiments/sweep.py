@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +28,8 @@ from checkmate.graph import Graph
 from checkmate.milp.formulation import build_index
 from checkmate.milp.scaling import memory_scale
 from checkmate.solve import solve
-from checkmate.strategies.feasibility import minimum_budget
 from checkmate.strategies.registry import get_strategy, strategies
+from checkmate.strategies.warm_start import lowest_peak_baseline
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +136,19 @@ def solve_task(task: SweepTask) -> SweepRow:
 
 
 def budget_grid(graph: Graph, points: int) -> list[int]:
-    """`points` budgets evenly spaced from the smallest budget a plan was found for to checkpoint_all's peak.
+    """`points` budgets evenly spaced from the lowest peak any baseline reaches to checkpoint_all's peak.
 
-    The bottom is `checkmate.minimum_budget`'s upper end with no time limit: on graphs of up to 200 nodes the
-    smallest peak of any plan (a MILP minimising the peak, solved to the end), on larger ones the lowest peak of the
-    baselines. Every budget has at least one plan, and the grid depends on the graph alone, never on the time a
-    search was given or the machine it ran on.
+    Every budget has at least one plan, and the grid depends on the graph alone, never on the time a search was given
+    or the machine it ran on: two runs of a sweep (in this process, in worker processes or on Ray) compare the same
+    budgets. The search for the smallest budget (`checkmate.minimum_budget`) rarely proves it on graphs of more than a
+    few dozen nodes and ends where its time limit does, so what it finds depends on the machine and the grid does not
+    use it; to sweep below the baselines, pass `sweep` budgets from the range it finds.
     """
     if points < 2:
         raise InvalidArgument(f"a sweep needs at least 2 budgets, got {points}")
     top = solve(graph, None, method=REFERENCE).peak_memory
-    bottom = min(minimum_budget(graph, time_limit=math.inf).upper or top, top)
+    lowest = lowest_peak_baseline(graph)
+    bottom = top if lowest is None else min(lowest.peak_memory, top)
     return sorted({int(budget) for budget in np.linspace(bottom, top, points).round()})
 
 

@@ -1,5 +1,6 @@
 """approx: the paper's two-phase LP rounding (section 5, Algorithm 2), searching the budget allowance ε, with a
-local search that repairs and improves the rounded checkpoints (`checkmate.strategies.lp_rounding`).
+local search that repairs and improves the rounded checkpoints (`checkmate.strategies.lp_rounding`). The best
+baseline that fits is found first and is the answer where the rounding finds nothing cheaper in its time.
 
 Graphs of more than `SearchPolicy.exact_nodes` nodes are rounded on a coarse graph instead
 (`checkmate.strategies.large_graph`), whose plan is expanded and improved on the full graph: no MILP and no
@@ -9,20 +10,27 @@ swap_holds, so faster than `optimal`, and usually a little worse.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from collections.abc import Sequence
 from functools import partial
 
 from checkmate.bounds import activation_floor
+from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.scaling import DEFAULT_RESOLUTION
-from checkmate.plan import Plan, make_plan
+from checkmate.plan import Plan, cheapest_fitting, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
+from checkmate.strategies.common import final_plan
 from checkmate.strategies.feasibility import infeasible_budget, message_time
-from checkmate.strategies.large_graph import Method, search
+from checkmate.strategies.large_graph import ExactSearch, Method, search
 from checkmate.strategies.lp_rounding import EPSILONS, THRESHOLDS, RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.registry import register
+from checkmate.strategies.warm_start import best_baseline
+
+log = logging.getLogger(__name__)
 
 METHOD = "approx"
 
@@ -75,7 +83,8 @@ def approx(
     policy = dataclasses.replace(POLICY, exact_nodes=exact_nodes, coarse_nodes=coarse_nodes)
     settings = RoundingSettings(tuple(epsilons), tuple(thresholds), samples, seed, starts, improve, memory_resolution)
     rounding = partial(_rounding, settings=settings, policy=policy)
-    method = Method(name=METHOD, exact=rounding, coarse=rounding, gap=0.0, swap_holds=False, seed=seed)
+    exact = partial(_rounding_or_baseline, rounding, policy)
+    method = Method(name=METHOD, exact=exact, coarse=rounding, gap=0.0, swap_holds=False, seed=seed)
     return search(graph, budget, control, method, policy)
 
 
@@ -90,3 +99,27 @@ def _rounding(
 ) -> Plan:
     """`round_relaxation` as `large_graph.Method` calls it."""
     return round_relaxation(graph, budget, control, settings, method=METHOD, message_time=message_time, policy=policy)
+
+
+def _rounding_or_baseline(
+    rounding: ExactSearch, policy: SearchPolicy, graph: Graph, budget: int, control: SearchControl, message_time: float
+) -> Plan:
+    """On a graph rounded as it is: the best baseline that fits (in `starts_share` of the time), then the rounding in
+    the rest; the cheaper plan is the answer, the baseline also where the rounding finds none in its time."""
+    started = time.perf_counter()
+    baseline = best_baseline(graph, budget, control.child(control.share(policy.starts_share)))
+    if baseline is not None:
+        control.report("baselines", cost=baseline.cost)
+    try:
+        rounded: Plan | None = rounding(graph, budget, control, message_time)
+    except InfeasibleBudget as error:
+        if baseline is None:
+            raise
+        log.warning("%s; the best baseline that fits (%s) is the answer", error, baseline.method)
+        rounded = None
+    best = cheapest_fitting([rounded, baseline], budget)
+    assert best is not None
+    if best is rounded:
+        return best
+    bound = None if rounded is None else rounded.lower_bound
+    return final_plan(graph, budget, best, bound=bound, started=started, method=METHOD)

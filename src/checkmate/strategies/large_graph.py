@@ -49,7 +49,7 @@ from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
-# The baselines that answer a search which found no plan get this long (checkpoint_all, the first, always runs).
+# The baselines that answer a search which found no plan get this long, within what is left of its time limit.
 RESCUE_SECONDS = 0.8
 
 # A method's exact search on one graph: (graph, budget, control, message_time) -> the plan, or InfeasibleBudget.
@@ -83,7 +83,7 @@ def search(graph: Graph, budget: int, control: SearchControl, method: Method, po
 
     A budget that holds every value (the peak of checkpoint_all) needs no search: computing each node once is the
     least any plan costs. When the search finds nothing in its time (or is stopped first), a baseline that fits is
-    the answer."""
+    the answer, if the baselines find one in what is left of the time limit (at most RESCUE_SECONDS)."""
     started = time.perf_counter()
     everything = checkpoint_all(graph, None)
     if everything.peak_memory <= budget:
@@ -96,7 +96,9 @@ def search(graph: Graph, budget: int, control: SearchControl, method: Method, po
     except InfeasibleBudget as error:
         if error.minimum is not None and error.minimum > budget:
             raise  # the lowest peak known is over the budget: no baseline fits
-        rescue = best_baseline(graph, budget, SearchControl(time_limit=RESCUE_SECONDS))
+        left = control.remaining()
+        rescue_time = RESCUE_SECONDS if left is None else min(RESCUE_SECONDS, left)
+        rescue = best_baseline(graph, budget, SearchControl(time_limit=rescue_time))
         if rescue is None:
             raise
         log.warning(
