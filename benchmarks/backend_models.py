@@ -32,7 +32,7 @@ import checkmate
 from checkmate.units import format_bytes
 from real_models import ROWS
 from rows import Row as StoredRow
-from rows import Stored, add_row_arguments, measure_or_load
+from rows import Stored, add_row_arguments, markdown_table, measure_or_load
 
 DEFAULT_ROWS = ("gpt2", "bert", "vit", "t5", "resnet", "llama")
 
@@ -133,9 +133,7 @@ def cells(row: StoredRow) -> list[str]:
 
 
 def render(stored: Stored) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in stored.rows]
-    return "\n".join(lines)
+    return markdown_table(HEADER, map(cells, stored.rows))
 
 
 def measure(names: list[str], budgets: list[float], steps: int, time_limit: float) -> Iterator[StoredRow]:

@@ -25,7 +25,7 @@ from torch import nn
 
 import checkmate
 from checkmate.training.compiled import PlanKey
-from rows import Row, Stored, add_row_arguments, measure_or_load
+from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
 VOCAB, LENGTH = 64, 16
 
@@ -106,16 +106,21 @@ def measure(calls: int, steps: int) -> Iterator[Row]:
 
 
 def render(stored: Stored) -> str:
-    lines = [
-        "| model | modules | guarded values (of objects' state) | state() µs | lookup µs | step ms |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in stored.rows:
-        lines.append(
-            f"| {row['model']} | {row['modules']} | {row['guarded_values']} ({row['object_values']}) | "
-            f"{row['state_us']:.1f} | {row['lookup_us']:.1f} | {row['step_ms']:.1f} |"
-        )
-    return "\n".join(lines)
+    header = ["model", "modules", "guarded values (of objects' state)", "state() µs", "lookup µs", "step ms"]
+    return markdown_table(
+        header,
+        (
+            [
+                row["model"],
+                str(row["modules"]),
+                f"{row['guarded_values']} ({row['object_values']})",
+                f"{row['state_us']:.1f}",
+                f"{row['lookup_us']:.1f}",
+                f"{row['step_ms']:.1f}",
+            ]
+            for row in stored.rows
+        ),
+    )
 
 
 def main() -> None:

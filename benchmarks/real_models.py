@@ -32,7 +32,7 @@ import checkmate
 from checkmate import CheckmateError
 from checkmate.units import format_bytes
 from rows import Row as StoredRow
-from rows import Stored, add_row_arguments, measure_or_load
+from rows import Stored, add_row_arguments, markdown_table, measure_or_load
 
 Built = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]
 BATCH, LENGTH, VOCAB, WIDTH = 4, 32, 256, 64
@@ -302,9 +302,7 @@ def measure(names: list[str], budget: float, time_limit: float) -> Iterator[Stor
 
 
 def render(stored: Stored) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cells(row)) + " |" for row in stored.rows]
-    return "\n".join(lines)
+    return markdown_table(HEADER, map(cells, stored.rows))
 
 
 def main() -> None:

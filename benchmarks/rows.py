@@ -75,6 +75,13 @@ def add_row_arguments(parser: argparse.ArgumentParser, merge_key: str | None = N
         )  # fmt: skip
 
 
+def markdown_table(header: list[str], lines: Iterable[list[str]]) -> str:
+    """A markdown table of `header` and one row of cells per item of `lines`."""
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(cells) + " |" for cells in lines]
+    return "\n".join(table)
+
+
 def environment() -> dict[str, Any]:
     """The command as typed (relative to the repository root) and the state of the machine as a run starts."""
     return {
