@@ -7,7 +7,9 @@ steps of SGD with momentum on the same batch: eager, Inductor and ours. It print
 the backend, the budget each was planned within (a fraction a region cannot reach is planned at the smallest budget
 known to fit), the planned peak and extra compute of the largest region, the largest difference of ours and of
 Inductor from eager over the losses and the parameters after every step (relative to eager's largest loss, and
-largest parameter), and the median step time of each after the compiling step.
+largest parameter), the median step time of each after the compiling step, and the peak of one more step of each
+measured on the allocator's own events (Inductor's buffers and kernel scratch included; parameters and batch
+counted, no `.grad` at the start).
 
     .venv/bin/python benchmarks/backend_models.py                  # every row at 1.0 and 0.6
     .venv/bin/python benchmarks/backend_models.py --rows gpt2 --budgets 0.6
@@ -30,6 +32,7 @@ import transformers
 from torch import nn
 
 import checkmate
+from checkmate.execute.memory import measure_peak, step_baseline
 from checkmate.units import format_bytes
 from real_models import ROWS
 from rows import Row as StoredRow
@@ -74,6 +77,16 @@ def _difference(got: tuple[list[torch.Tensor], list[list[torch.Tensor]]], want: 
     return worst
 
 
+def _measured_peak(model: nn.Module, forward: Callable[..., Any], loss_fn: Callable[..., Any], batch: Any) -> int:
+    """One more step (from no `.grad`, compiled already) metered on the allocator's own events
+    (`measure_peak(..., allocator=True)`: Inductor's buffers and kernel scratch included), parameters and batch
+    counted as at the start."""
+    with measure_peak(torch.device("cpu"), step_baseline(model, batch), allocator=True) as meter:
+        loss_fn(forward, *batch).backward()
+    model.zero_grad(set_to_none=True)
+    return meter.peak_bytes
+
+
 def _without_dropout(model: nn.Module) -> nn.Module:
     """`model` with every dropout probability 0 (`nn.Dropout` modules and the float `*dropout*` attributes that
     attention functions read): compiled random ops draw other numbers than eager's, so with dropout on no compiled
@@ -94,10 +107,17 @@ def run_row(name: str, budget: float, steps: int, time_limit: float) -> StoredRo
     eager_model, inductor_model = copy.deepcopy(model), copy.deepcopy(model)
     eager = _train(eager_model, eager_model, loss_fn, batch, steps)
     torch._dynamo.reset()
-    inductor = _train(inductor_model, torch.compile(inductor_model), loss_fn, batch, steps)
+    inductor_forward = torch.compile(inductor_model)
+    inductor = _train(inductor_model, inductor_forward, loss_fn, batch, steps)
     torch._dynamo.reset()
     planner = checkmate.backend(budget, cost_model="flops", time_limit=time_limit)
-    ours = _train(model, torch.compile(model, backend=planner), loss_fn, batch, steps)
+    ours_forward = torch.compile(model, backend=planner)
+    ours = _train(model, ours_forward, loss_fn, batch, steps)
+    peaks = [
+        _measured_peak(eager_model, eager_model, loss_fn, batch),
+        _measured_peak(inductor_model, inductor_forward, loss_fn, batch),
+        _measured_peak(model, ours_forward, loss_fn, batch),
+    ]
     largest = max(planner.regions, key=lambda region: region.no_remat_peak)
     plan = largest.plan
     return {
@@ -115,6 +135,7 @@ def run_row(name: str, budget: float, steps: int, time_limit: float) -> StoredRo
         "inductor_step_s": statistics.median(inductor[2][1:]),
         "ours_step_s": statistics.median(ours[2][1:]),
         "ours_first_step_s": ours[2][0],
+        "measured_peaks": peaks,
     }
 
 
@@ -126,6 +147,7 @@ HEADER = [
     "ours vs eager",
     "Inductor vs eager",
     "step ms: eager / Inductor / ours",
+    "measured peak MiB: eager / Inductor / ours",
     "ours' first step s",
 ]
 
@@ -144,6 +166,7 @@ def cells(row: StoredRow) -> list[str]:
         f"{row['ours_difference']:.1e}",
         f"{row['inductor_difference']:.1e}",
         f"{row['eager_step_s'] * 1e3:.1f} / {row['inductor_step_s'] * 1e3:.1f} / {row['ours_step_s'] * 1e3:.1f}",
+        " / ".join(f"{peak / 2**20:.2f}" for peak in row["measured_peaks"]),
         f"{row['ours_first_step_s']:.1f}",
     ]
 
