@@ -20,14 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import transformers
 from torch import nn
 
 import checkmate
 from checkmate.training.compiled import PlanKey
+from real_models import ROWS
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
-
-VOCAB, LENGTH = 64, 16
 
 
 def _stack() -> tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
@@ -38,29 +36,10 @@ def _stack() -> tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor
     return nn.Sequential(*layers), lambda model, x, y: nn.functional.mse_loss(model(x), y), batch
 
 
-def _causal_lm(config: Any, model_class: Any) -> Any:
-    tokens = torch.randint(2, VOCAB, (2, LENGTH), generator=torch.Generator().manual_seed(1))
-    return model_class(config), lambda model, tokens: model(input_ids=tokens, labels=tokens).loss, (tokens,)
-
-
 MODELS: dict[str, Callable[[], Any]] = {
     "100-module stack (Linear, ReLU)": _stack,
-    "HF GPT-2, 2 layers": lambda: _causal_lm(
-        transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2),
-        transformers.GPT2LMHeadModel,
-    ),
-    "HF Llama, 2 layers": lambda: _causal_lm(
-        transformers.LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=32,
-        ),
-        transformers.LlamaForCausalLM,
-    ),
+    "HF GPT-2, 4 layers": ROWS["gpt2"].build,
+    "HF Llama, 4 layers": ROWS["llama"].build,
 }
 
 
