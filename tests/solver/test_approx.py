@@ -68,6 +68,7 @@ def test_approx_is_within_budget_the_lp_bound_and_1_1x_of_the_proven_optimum(nam
     assert plan.status == ("optimal" if plan.cost <= plan.lower_bound + 1e-9 else "feasible")
 
 
+@pytest.mark.serial  # a wall-clock bound: another test on the other core would lengthen it
 def test_the_time_limit_is_for_the_whole_call_and_the_best_plan_so_far_comes_back() -> None:
     graph = linear_graph(30)  # 61 nodes: the LPs take about a second each; unlimited, the search takes longer
     budget, limit = 6, 3.0

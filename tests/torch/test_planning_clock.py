@@ -38,6 +38,7 @@ def recorded_solves(monkeypatch: pytest.MonkeyPatch, capture_seconds: float) -> 
     return options_seen
 
 
+@pytest.mark.serial  # a wall-clock bound: another test on the other core would lengthen it
 def test_the_planning_time_limit_covers_capture(monkeypatch: pytest.MonkeyPatch) -> None:
     solves = recorded_solves(monkeypatch, capture_seconds=1.0)
     model, loss_fn, batch = zoo.mlp(batch_size=8)
