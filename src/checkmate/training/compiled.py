@@ -155,13 +155,12 @@ class CompiledStep:
     def _replan(self, batch: Sequence[Any], key: PlanKey) -> Compiled:
         """The step of a key not seen yet: the plan of a larger batch where it fits (`checkmate.training.shape_reuse`:
         the batch is traced as the model and loss_fn are now), else planned for it."""
-        planned = self.captured
+        change = self._what_changed(key)
         if not self._settings.replan:
             raise ExecutionError(
-                f"this step was planned for batch {describe(planned.batch_shapes)} and got "
-                f"{self._what_changed(key)}: compile with replan=True, or pass a batch of the planned shape"
+                f"this step was planned for batch {describe(self.captured.batch_shapes)} and got {change}: compile "
+                "with replan=True, or pass a batch of the planned shape"
             )
-        change = self._what_changed(key)
         reused = reuse_plan(self.module, self.loss_fn, batch, self._settings, self._compiled.values())
         if isinstance(reused, Compiled):
             log.info(

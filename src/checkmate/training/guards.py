@@ -52,8 +52,6 @@ _PLAIN = frozenset(
 )
 
 
-_MISSING = MISSING
-
 # nn.Module's class attributes (its methods, `_compiled_call_impl`, ...): what every module call reads.
 _MODULE_CLASS = frozenset(vars(nn.Module))
 
@@ -137,7 +135,7 @@ class _Computed:
 
 @dataclass(frozen=True)
 class _Read:
-    """One guarded value: read as `source.get(name, _MISSING)`, where `source` is the module's instance `__dict__`
+    """One guarded value: read as `source.get(name, MISSING)`, where `source` is the module's instance `__dict__`
     (the common case, and a dict lookup in C) or a `_Computed`; `label` names it in messages."""
 
     source: dict[str, Any] | _Computed
@@ -159,12 +157,10 @@ class Guards:
         self._named_modules = tuple(model.named_modules())
         self._modules = tuple(module for _, module in self._named_modules)
         self._device_type = device_type
-        self._reads: list[_Read] = []
-        self._sources: list[tuple[dict[str, Any] | _Computed, str]] = []
+        self._reads: list[_Read] = _loss_fn_reads(loss_fn)
+        self._sources: list[tuple[dict[str, Any] | _Computed, str]] = [(read.source, read.name) for read in self._reads]
         self._watched: set[tuple[int, str]] = set()
         self._held: list[object] = []  # the objects whose state is guarded, kept alive so that their ids stay theirs
-        self._reads.extend(_loss_fn_reads(loss_fn))
-        self._sources = [(read.source, read.name) for read in self._reads]
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -196,8 +192,8 @@ class Guards:
         while index < len(self._reads):
             read = self._reads[index]
             index += 1
-            value = read.source.get(read.name, _MISSING)
-            if value is _MISSING or type(value) in _CONTAINERS or _is_plain(value) or isinstance(value, _CODE):
+            value = read.source.get(read.name, MISSING)
+            if value is MISSING or type(value) in _CONTAINERS or _is_plain(value) or isinstance(value, _CODE):
                 continue  # a container's objects are guarded by identity (`guarded_value`)
             state = _instance_state(value)
             if state is None:
@@ -224,7 +220,7 @@ class Guards:
 
     def state(self) -> GuardState:
         """The guarded values now: a dict lookup per value, and `guarded_value` only where one is not plain."""
-        values = [source.get(name, _MISSING) for source, name in self._sources]
+        values = [source.get(name, MISSING) for source, name in self._sources]
         if not _PLAIN.issuperset(map(type, values)):
             values = [guarded_value(value) for value in values]
         return GuardState(
@@ -243,7 +239,7 @@ class Guards:
         extra = self._reads[len(state.attributes) :]
         return GuardState(
             training=state.training,
-            attributes=(*state.attributes, *(guarded_value(read.source.get(read.name, _MISSING)) for read in extra)),
+            attributes=(*state.attributes, *(guarded_value(read.source.get(read.name, MISSING)) for read in extra)),
             autocast=state.autocast,
             default_dtype=state.default_dtype,
         )
@@ -298,10 +294,10 @@ def _attribute_read(module: nn.Module, name: str, label: str) -> _Read | None:
         return _Read(vars(module), name, label)
     if name in _MODULE_CLASS:
         return None  # nn.Module's own class attributes, such as `_compiled_call_impl`
-    static = inspect.getattr_static(type(module), name, _MISSING)
-    if static is not _MISSING and not _is_plain(static):
+    static = inspect.getattr_static(type(module), name, MISSING)
+    if static is not MISSING and not _is_plain(static):
         return None  # a method, property or other descriptor of the class: code, run anew by each trace
-    return _Read(_Computed(functools.partial(getattr, module, name, _MISSING)), name, label)
+    return _Read(_Computed(functools.partial(getattr, module, name, MISSING)), name, label)
 
 
 def _loss_fn_reads(loss_fn: Callable[..., Any]) -> list[_Read]:
