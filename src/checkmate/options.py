@@ -1,0 +1,34 @@
+"""The choices a user makes, as types: each choice is a `Literal`, its values listed once, and checked in one place.
+
+    check_choice("cost_model", cost_model, CostModel)    # InvalidArgument naming the values it may take
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from checkmate.errors import InvalidArgument
+
+CostModel = Literal["profile", "flops", "unit"]
+"""How capture prices ops: measured time ("profile"), FLOPs, or one unit each."""
+
+GradientMemory = Literal["whole_step", "when_made"]
+"""When gradients count in the plan: held all through the step, or from the op that makes each."""
+
+MeasureMemory = Literal["first", "every", "never"]
+"""Which calls of a compiled step measure the live-tensor peak."""
+
+ExecutorName = Literal["eager", "inductor"]
+"""What runs a plan's schedule: ATen ops one by one, or Inductor-compiled functions (`checkmate.executors`)."""
+
+
+def choices(kind: Any) -> tuple[str, ...]:
+    """The values of a `Literal` choice, in order."""
+    return tuple(get_args(kind))
+
+
+def check_choice(name: str, value: object, kind: Any) -> None:
+    """Raise InvalidArgument unless `value` is one of the values of the `Literal` `kind`; `name` is the argument's."""
+    allowed = choices(kind)
+    if value not in allowed:
+        raise InvalidArgument(f"{name} must be one of {allowed}, got {value!r}")
