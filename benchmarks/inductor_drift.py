@@ -52,7 +52,7 @@ def measure(name: str) -> Iterator[Row]:
         inputs = [state[n].detach() for n in captured.parameter_names]
         inputs += [state[n].detach().clone() for n in captured.buffer_names] + list(batch)
         gradients: dict[int, torch.Tensor] = {}
-        program = dataclasses.replace(inductor_program(captured, chosen, torch.device("cpu")), fuse=None)  # per node
+        program = dataclasses.replace(inductor_program(captured, chosen, torch.device("cpu")), passes=())  # per node
         with torch.no_grad():
             run_schedule(program, schedule, inputs, on_gradient=gradients.__setitem__)
         worst = (0.0, "")

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import checkmate
-import checkmate.inductor.program
+import checkmate.inductor.segments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_tools import prepare_model, workloads
@@ -70,8 +70,8 @@ def measure(mib: float) -> Iterator[Row]:
     for size in (1e-6, 3e-6, 1e-5):
         yield {"change": "noise", "size": size, "difference": perturbed(model, loss_fn, batch, reference, size)}
     yield {"change": "fused", "mib": mib, "difference": compiled(model, loss_fn, batch, reference, mib)}
-    program_module = checkmate.inductor.program
-    program_module.fused_steps = lambda captured, kernels, device, schedule: schedule.steps  # type: ignore[assignment]
+    segments_module = checkmate.inductor.segments
+    segments_module.fused_steps = lambda captured, kernels, device, lowering: lowering.steps  # type: ignore[assignment]
     yield {"change": "per node", "mib": mib, "difference": compiled(model, loss_fn, batch, reference, mib)}
 
 

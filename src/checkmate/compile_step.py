@@ -5,37 +5,39 @@
     optimizer.step(); optimizer.zero_grad()
     print(step.report())
 
-This module checks the arguments, plans the step (`checkmate.training.planning`) and returns the step that runs the
-plan: a single-process `checkmate.training.compiled.CompiledStep`, for a DistributedDataParallel model a
-`checkmate.data_parallel.DataParallelStep`, which adds DDP's gradient all-reduce, or for a model sharded with FSDP2's
-`fully_shard` a `checkmate.sharded.ShardedStep`, which adds FSDP2's gathers and reduce-scatters.
+This module checks the arguments, resolves the executor (`checkmate.executors`) and the distribution, plans the
+step (`checkmate.training.planning`) and returns the `checkmate.training.compiled.CompiledStep` that runs the plan.
+The distribution is the single process, or for a DistributedDataParallel model `checkmate.data_parallel.DataParallel`
+(DDP's gradient all-reduce), or for a model sharded with FSDP2's `fully_shard` `checkmate.sharded.Sharded` (FSDP2's
+gathers and reduce-scatters).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from torch import nn
 
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
+from checkmate.executors import executor_named
+from checkmate.options import (
+    CostModel,
+    ExecutorName,
+    GradientMemory,
+    MeasureMemory,
+    ShardedOptions,
+    check_choice,
+)
 from checkmate.search_defaults import with_search_defaults
 from checkmate.solve import check_solve_options
-from checkmate.torch_capture import check_gradient_memory
-from checkmate.torch_capture.costs import COST_MODELS
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.compiled import MEASURE_CHOICES, CompiledStep
-from checkmate.training.executors import capture_options, check_executor
-from checkmate.training.planning import Settings, plan_step, signature_of
+from checkmate.training.compiled import CompiledStep
+from checkmate.training.distribution import SingleProcess
+from checkmate.training.planning import Settings, signature_of
 from checkmate.units import parse_budget
-
-
-def check_cost_model_choice(cost_model: str) -> None:
-    """InvalidArgument unless `cost_model` is one of COST_MODELS."""
-    if cost_model not in COST_MODELS:
-        raise InvalidArgument(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
 
 
 def compile(
@@ -45,15 +47,16 @@ def compile(
     *,
     budget: int | float | str,
     method: str = "optimal",
-    cost_model: Literal["profile", "flops", "unit"] = "profile",
+    cost_model: CostModel = "profile",
     max_nodes: int | None = None,
     cache: bool = True,
     replan: bool = True,
-    measure_memory: Literal["first", "every", "never"] = "first",
-    gradient_memory: Literal["whole_step", "when_made"] = "whole_step",
-    executor: Literal["eager", "inductor"] = "eager",
+    measure_memory: MeasureMemory = "first",
+    gradient_memory: GradientMemory = "whole_step",
+    executor: ExecutorName = "eager",
     channels_last: bool | None = None,
     planning_time_limit: float | None = None,
+    sharded: ShardedOptions | None = None,
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -96,6 +99,9 @@ def compile(
             default) is False for the eager executor; the Inductor one plans channels-last first and its own layout
             next when the first plan does not fit or recomputes, and runs the plan of least predicted cost
             (`checkmate.training.planning.plan_step`).
+        sharded: for a model sharded with FSDP2, whether units are held gathered from forward to backward where
+            the budget has room, and whether their all-gathers are prefetched (`checkmate.options.ShardedOptions`;
+            None: both).
         planning_time_limit: seconds for all the planning of a batch shape: capture, profiling and every solve (the
             Inductor executor may plan several captures). Each solve gets what is left of it, or its own
             `time_limit` if that is less. Capture and profiling cannot be interrupted: when they take all of it, the
@@ -128,11 +134,10 @@ def compile(
         >>> loss = step(x, y)
     """
     parse_budget(budget)
-    check_cost_model_choice(cost_model)
-    check_gradient_memory(gradient_memory)
-    if measure_memory not in MEASURE_CHOICES:
-        raise InvalidArgument(f"measure_memory must be one of {MEASURE_CHOICES}, got {measure_memory!r}")
-    check_executor(executor)
+    check_choice("cost_model", cost_model, CostModel)
+    check_choice("gradient_memory", gradient_memory, GradientMemory)
+    check_choice("measure_memory", measure_memory, MeasureMemory)
+    chosen = executor_named(executor)
     check_solve_options(method, solve_options)
     solve_options = with_search_defaults(method, solve_options)
     if planning_time_limit is not None and not planning_time_limit >= 0:
@@ -141,33 +146,24 @@ def compile(
         budget=budget,
         method=method,
         solve_options=dict(solve_options),
-        capture=capture_options(executor, cost_model, max_nodes=max_nodes, gradient_memory=gradient_memory),
+        capture=chosen.capture_options(cost_model, max_nodes=max_nodes, gradient_memory=gradient_memory),
         cache=cache,
         replan=replan,
         measure_memory=measure_memory,
-        executor=executor,
+        executor=chosen,
         cost_model=cost_model,
         channels_last=channels_last,
         planning_time_limit=planning_time_limit,
     )
     if isinstance(model, nn.parallel.DistributedDataParallel):
-        if executor != "eager":
-            raise InvalidArgument(
-                f"executor={executor!r} with DistributedDataParallel is not supported yet: use executor='eager' (the "
-                "default) for a data-parallel step"
-            )
         return compile_data_parallel(model, loss_fn, batch, settings)
     if _is_sharded(model):
-        if executor != "eager":
-            raise InvalidArgument(
-                f"executor={executor!r} with FSDP2's fully_shard is not supported yet: use executor='eager' (the "
-                "default) for a sharded step"
-            )
         from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor take about 2 s to import
 
-        return compile_sharded(model, loss_fn, batch, settings)
-    compiled = plan_step(model, loss_fn, batch, settings)
-    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled})
+        return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())
+    distribution = SingleProcess(model)
+    compiled = distribution.plan(loss_fn, batch, settings)
+    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, distribution)
 
 
 def _is_sharded(model: nn.Module) -> bool:

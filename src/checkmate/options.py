@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from checkmate.errors import InvalidArgument
@@ -32,3 +33,17 @@ def check_choice(name: str, value: object, kind: Any) -> None:
     allowed = choices(kind)
     if value not in allowed:
         raise InvalidArgument(f"{name} must be one of {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ShardedOptions:
+    """How a step of a model sharded with FSDP2 places its units' calls (`checkmate.sharded`).
+
+    Attributes:
+        hold_gathered: keep a unit gathered from its forward to its backward where the budget has room, instead of
+            freeing it and gathering it again as FSDP2's `reshard_after_forward` says (`checkmate.sharded.holds`).
+        prefetch_gathers: start each unit's all-gather but the first early, as FSDP2's implicit prefetching does.
+    """
+
+    hold_gathered: bool = True
+    prefetch_gathers: bool = True

@@ -75,13 +75,13 @@ def test_a_run_is_fused_only_where_its_measured_peak_fits_the_plan(
 ) -> None:
     step, _ = _gpt_step()
     compiled = step._compiled[step._current]
-    calls = [item for item in compiled.program.fuse(compiled.schedule) if isinstance(item, SegmentCall)]
+    calls = [item for item in compiled.program.lowered(compiled.schedule) if isinstance(item, SegmentCall)]
     assert calls, "a step without recomputation is one run of compiled nodes"
     assert sum(len(call.computes) for call in calls) > len(compiled.schedule.steps) // 3
 
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))  # no cached peaks: every run is measured again
     monkeypatch.setattr(checkmate.inductor.segments, "measure_rise", lambda *arguments: 2**40)
-    assert compiled.program.fuse(compiled.schedule) == compiled.schedule.steps, "no run fits when it measures 1 TiB"
+    assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps, "no run fits when it measures 1 TiB"
 
 
 @pytest.mark.slow
@@ -94,4 +94,4 @@ def test_a_second_compile_measures_no_run(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(checkmate.inductor.segments, "measure_rise", no_measuring)
     step, _ = _gpt_step()
     compiled = step._compiled[step._current]
-    assert any(isinstance(item, SegmentCall) for item in compiled.program.fuse(compiled.schedule))
+    assert any(isinstance(item, SegmentCall) for item in compiled.program.lowered(compiled.schedule))

@@ -22,7 +22,7 @@ reproduced here, with eager DDP's arithmetic, so that `.grad` on each rank equal
   allows. Rank 0's order is broadcast once at compile time, as DDP broadcasts its rebuilt buckets, so that
   every rank starts the same all-reduces in the same order whatever plan it solved for.
 * Memory. A bucket is allocated at its first gradient and freed when the step ends; the plan counts the bytes
-  of all buckets in the fixed memory (`optimizer_state_bytes` of the capture), so the budget holds at the end
+  of all buckets in the fixed memory (`DataParallel.fixed_memory`), so the budget holds at the end
   of the backward, when every bucket is in flight. DDP's own Reducer keeps its buckets (one more copy of the
   gradients, allocated when DDP is constructed); the compiled step does not use them.
 * Buffers. With `broadcast_buffers` (the default), rank 0's buffers are broadcast at the start of each step,
@@ -42,9 +42,9 @@ autograd's gradient order, which the schedule's order usually matches).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,20 +57,22 @@ from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, layou
 from checkmate.data_parallel.reducer import BucketedGradients, Reduction
 from checkmate.errors import DataParallelError
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
+from checkmate.execute.memory import step_baseline
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
-from checkmate.training.planning import BatchSignature, Compiled, Settings, plan_step, signature_of
+from checkmate.training.distribution import PlannedMemory, plan_memory, slotted_parameters
+from checkmate.training.planning import Compiled, Settings, plan_step, signature_of
 from checkmate.training.ranks import on_every_rank
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BucketedGradients", "DataParallelStep", "Reduction", "assign_buckets", "compile_data_parallel"]
+__all__ = ["BucketedGradients", "DataParallel", "Reduction", "assign_buckets", "compile_data_parallel"]
 
 
 def compile_data_parallel(
     ddp: DistributedDataParallel, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings
-) -> DataParallelStep:
+) -> CompiledStep:
     """Plan the step of `ddp.module` with room for the gradient buckets, and agree on the buckets with every rank.
 
     This is a collective call: every rank of the DDP's process group must make it (as it must construct the DDP).
@@ -82,13 +84,12 @@ def compile_data_parallel(
     """
     reduced = _reduced_parameters(ddp)
     held = tensor_bytes(reduced.values()) + _broadcast_bytes(ddp)
-    settings = dataclasses.replace(settings, capture=dataclasses.replace(settings.capture, optimizer_state_bytes=held))
     group = ddp.process_group
     device = next(iter(reduced.values())).device
 
     def planned() -> Compiled:
         _check_supported(ddp)
-        compiled = plan_step(ddp.module, loss_fn, batch, settings)
+        compiled = plan_step(ddp.module, loss_fn, batch, settings, fixed_memory=held)
         _check_unused(ddp, compiled.captured, reduced)
         return compiled
 
@@ -101,47 +102,59 @@ def compile_data_parallel(
         len(reduction.buckets),
         format_bytes(reduction.bucket_bytes),
     )
-    return DataParallelStep(ddp, loss_fn, settings, {signature_of(batch): compiled}, reduction=reduction)
+    distribution = DataParallel(ddp, reduction, fixed_memory=held)
+    return CompiledStep(ddp, loss_fn, settings, {signature_of(batch): compiled}, distribution)
 
 
-class DataParallelStep(CompiledStep):
-    """A compiled step of a DistributedDataParallel module: the plan's step, with DDP's gradient all-reduce.
+@dataclass(frozen=True)
+class DataParallel:
+    """DDP as the distribution of a compiled step (`checkmate.training.distribution`): the plan's step, with DDP's
+    buffer broadcast before it and its gradient all-reduce in buckets.
 
     Attributes:
-        model: the DistributedDataParallel wrapper given to `compile` (its `parameters()` are the module's).
-        ddp: the same wrapper, typed.
+        ddp: the DistributedDataParallel wrapper given to `compile` (its `parameters()` are the module's).
         reduction: the process group and the gradient buckets.
+        fixed_memory: the bytes of the buckets and of the buffers' broadcast copies, in the plan's fixed memory.
     """
 
-    def __init__(
-        self,
-        ddp: DistributedDataParallel,
-        loss_fn: LossFunction,
-        settings: Settings,
-        compiled: dict[BatchSignature, Compiled],
-        *,
-        reduction: Reduction,
-    ) -> None:
-        self.ddp = ddp
-        self.reduction = reduction
-        super().__init__(ddp, loss_fn, settings, compiled)
+    ddp: DistributedDataParallel
+    reduction: Reduction
+    fixed_memory: int
+    plans_alone: bool = True  # batch shapes may differ per rank: a new one is planned on its rank alone
+    description: str = "the data-parallel step"
 
     @property
     def module(self) -> nn.Module:
         """The wrapped module, whose step is captured and planned."""
         return self.ddp.module
 
-    def _before_step(self) -> None:
+    def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
+        return plan_step(self.ddp.module, loss_fn, batch, settings, fixed_memory=self.fixed_memory)
+
+    def adapt(self, compiled: Compiled) -> Compiled:
+        return compiled
+
+    def before_step(self) -> None:
         """As DDP's forward: broadcast rank 0's buffers unless the previous step ran under `no_sync()`."""
         ddp = self.ddp
         if ddp.require_forward_param_sync and ddp.broadcast_buffers:
             _broadcast(_synced_buffers(ddp), self.reduction.group)
         ddp.require_forward_param_sync = ddp.require_backward_grad_sync
 
-    def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
+    def parameters(self, compiled: Compiled) -> list[torch.Tensor]:
+        return slotted_parameters(compiled)
+
+    def gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
+        """Into `.grad`, then all-reduced in buckets as each completes; only into `.grad` under `ddp.no_sync()`."""
         if not self.ddp.require_backward_grad_sync:
             return GradientAccumulator(parameters)
         return BucketedGradients(parameters, compiled.captured, self.reduction)
+
+    def baseline(self, leaves: Sequence[Any]) -> list[torch.Tensor]:
+        return step_baseline(self.ddp, leaves)
+
+    def memory(self, compiled: Compiled) -> PlannedMemory:
+        return plan_memory(compiled)
 
 
 def _check_supported(ddp: DistributedDataParallel) -> None:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +61,7 @@ from typing import Any
 import torch
 
 from checkmate.errors import ExecutionError
-from checkmate.simulate import Compute, Step
+from checkmate.simulate import Compute, Free
 
 GradientSink = Callable[[int, torch.Tensor], None]
 StepFunction = Callable[
@@ -69,6 +70,9 @@ StepFunction = Callable[
 ]
 Conform = Callable[[Any, tuple[int, ...], str], Any]
 RandomState = tuple[torch.Tensor, list[torch.Tensor]]
+ScheduleItem = object
+"""A step of a schedule as the executor runs it: a `Compute` or `Free`, a `SegmentCall`, a `Call`, or a kind added
+with `emit_step.register`."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ class StepSource:
     placeholders: tuple[str, ...]
     constants: dict[str, Any]
     buffer_count: int
-    steps: tuple[Step | SegmentCall | Call, ...]
+    steps: tuple[ScheduleItem, ...]
     conform: Conform | None = None
     output_count: int = 0
 
@@ -219,17 +223,45 @@ def step_function(source: StepSource) -> StepFunction:
     Raises:
         ExecutionError: the schedule frees a node that holds no live copy, or never computes the loss.
     """
-    writer = _StepWriter(source)
+    writer = StepWriter(source)
     for step in source.steps:
-        if isinstance(step, Compute):
-            writer.compute(step.node, step.stage)
-        elif isinstance(step, SegmentCall):
-            writer.segment(step)
-        elif isinstance(step, Call):
-            writer.call(step)
-        else:
-            writer.free(step.node, step.stage)
+        emit_step(step, writer)
     return writer.finish()
+
+
+@functools.singledispatch
+def emit_step(step: object, writer: StepWriter) -> None:
+    """Write the source lines of one schedule step. The kinds of step are open: a module that adds one (a copy to
+    another memory, say) registers its lowering with `@emit_step.register` beside its class, and writes through the
+    writer's `emit`, `bind` and `variable`.
+
+    Raises:
+        ExecutionError: no lowering is registered for the step's class.
+    """
+    raise ExecutionError(
+        f"no lowering for a schedule step of kind {type(step).__name__}: register one with "
+        "checkmate.execute.codegen.emit_step.register"
+    )
+
+
+@emit_step.register(Compute)
+def _(step: Compute, writer: StepWriter) -> None:
+    writer.compute(step.node, step.stage)
+
+
+@emit_step.register(Free)
+def _(step: Free, writer: StepWriter) -> None:
+    writer.free(step.node, step.stage)
+
+
+@emit_step.register(SegmentCall)
+def _(step: SegmentCall, writer: StepWriter) -> None:
+    writer.segment(step)
+
+
+@emit_step.register(Call)
+def _(step: Call, writer: StepWriter) -> None:
+    writer.call(step)
 
 
 @contextlib.contextmanager
@@ -251,11 +283,14 @@ def _cuda_devices(inputs: Sequence[Any]) -> list[int]:
     return sorted({value.device.index or 0 for value in inputs if isinstance(value, torch.Tensor) and value.is_cuda})
 
 
-_BODY = "        "
+BODY = "        "
 
 
-class _StepWriter:
-    """Writes the source of one step function, step by step, tracking the live copies of each node."""
+class StepWriter:
+    """Writes the source of one step function, step by step, tracking the live copies of each node.
+
+    A step's lowering (`emit_step`) adds lines with `emit` (indented by `BODY`), reaches Python objects through `bind`
+    and values through `variable`."""
 
     def __init__(self, source: StepSource) -> None:
         self.source = source
@@ -277,25 +312,25 @@ class _StepWriter:
     def compute(self, index: int, stage: int) -> None:
         node = self.source.nodes[index]
         first = stage == index
-        self._emit(f"{_BODY}# Compute({index}, {stage}): {node.label}")
+        self.emit(f"{BODY}# Compute({index}, {stage}): {node.label}")
         if self.copies[index] and node.exports:
             self._hold(index, node)
-        indent = _BODY
+        indent = BODY
         if node.random and first and index in self.replayed:
-            self._emit(f"{_BODY}rng_{index} = save_random_state(cuda_devices)")
+            self.emit(f"{BODY}rng_{index} = save_random_state(cuda_devices)")
         elif node.random and not first:
-            self._emit(f"{_BODY}with replayed(rng_{index}, cuda_devices):")
+            self.emit(f"{BODY}with replayed(rng_{index}, cuda_devices):")
             indent += "    "
         for operation, lines in self._operation_lines(index):
             failure = _Failure(node.label, stage, operation)
             for line in lines:
-                self._emit(indent + line, failure)
+                self.emit(indent + line, failure)
             if first:
                 self._take(node, operation.name, indent, failure)
             if operation.release:
-                self._emit(indent + "del " + ", ".join(map(self.variables.of, operation.release)))
+                self.emit(indent + "del " + ", ".join(map(self.variables.of, operation.release)))
         if node.random and not first and not node.operations:
-            self._emit(indent + "pass")
+            self.emit(indent + "pass")
         if not first:
             self._share_step_outputs(node)
         if first and node.loss is not None:
@@ -307,11 +342,11 @@ class _StepWriter:
         if not self.copies[index]:
             raise ExecutionError(f"the schedule frees {node.label} in stage {stage}, which holds no live copy")
         self.copies[index] -= 1
-        self._emit(f"{_BODY}# Free({index}, {stage})")
+        self.emit(f"{BODY}# Free({index}, {stage})")
         if self.held[index]:
-            self._emit(f"{_BODY}del {self.held[index].popleft()}")
+            self.emit(f"{BODY}del {self.held[index].popleft()}")
         elif node.exports:
-            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, node.exports)))
+            self.emit(BODY + "del " + ", ".join(map(self.variables.of, node.exports)))
 
     def segment(self, call: SegmentCall) -> None:
         number = self.segments
@@ -320,37 +355,37 @@ class _StepWriter:
         function = self.names.bind(call.function, "f")
         operation = Operation(returned, call.function, call.function, (), {}, ())
         failure = _Failure(call.label, call.computes[0].stage, operation)
-        self._emit(f"{_BODY}# {call.label}")
+        self.emit(f"{BODY}# {call.label}")
         for index in call.handed:
             if self.copies[index] != 1 or self.held[index]:
                 label = self.source.nodes[index].label
                 raise ExecutionError(f"{call.label} frees {label}, which does not hold exactly one live copy")
             self.copies[index] -= 1
-        self._emit(f"{_BODY}{arguments} = [" + ", ".join(map(self.variables.of, call.inputs)) + "]")
+        self.emit(f"{BODY}{arguments} = [" + ", ".join(map(self.variables.of, call.inputs)) + "]")
         dying = [name for index in sorted(call.handed) for name in self.source.nodes[index].exports]
         if dying:
-            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, dying)))
-        self._emit(f"{_BODY}{returned} = {function}({arguments})", failure)
-        self._emit(_BODY + "".join(f"{self.variables.of(name)}, " for name in call.outputs) + f"= {returned}")
-        self._emit(f"{_BODY}del {arguments}, {returned}")
+            self.emit(BODY + "del " + ", ".join(map(self.variables.of, dying)))
+        self.emit(f"{BODY}{returned} = {function}({arguments})", failure)
+        self.emit(BODY + "".join(f"{self.variables.of(name)}, " for name in call.outputs) + f"= {returned}")
+        self.emit(f"{BODY}del {arguments}, {returned}")
         live: set[str] = set()
         for step in call.computes:
             node = self.source.nodes[step.node]
             if step.stage == step.node:
                 for name in call.outputs:
-                    self._take(node, name, _BODY, failure)
+                    self._take(node, name, BODY, failure)
                 self.loss_taken |= node.loss is not None
             if step.node not in call.freed:
                 self.copies[step.node] += 1
                 live.update(node.exports)
         transient = [name for name in call.outputs if name not in live]
         if transient:
-            self._emit(_BODY + "del " + ", ".join(map(self.variables.of, transient)))
+            self.emit(BODY + "del " + ", ".join(map(self.variables.of, transient)))
 
     def call(self, call: Call) -> None:
         """Emit the call; what it raises propagates as raised."""
-        self._emit(f"{_BODY}# {' '.join(call.label.split())}")
-        self._emit(f"{_BODY}{self.names.bind(call.function, 'f')}()")
+        self.emit(f"{BODY}# {' '.join(call.label.split())}")
+        self.emit(f"{BODY}{self.names.bind(call.function, 'f')}()")
 
     def finish(self) -> StepFunction:
         if not self.loss_taken:
@@ -389,17 +424,26 @@ class _StepWriter:
         function: StepFunction = namespace["step"]
         return function
 
-    def _emit(self, line: str, failure: _Failure | None = None) -> None:
+    def emit(self, line: str, failure: _Failure | None = None) -> None:
         """Add a line of the try block; a failure on it is reported as `failure`'s operation failing."""
         self.lines.append(line)
         if failure is not None:
             self.failures[len(self.lines)] = failure
 
+    def bind(self, value: Any, prefix: str) -> str:
+        """The global name the generated function reads `value` by (a function or a constant), as `prefix` and a
+        number."""
+        return self.names.bind(value, prefix)
+
+    def variable(self, name: str) -> str:
+        """The local variable that holds the fx value `name`."""
+        return self.variables.of(name)
+
     def _hold(self, index: int, node: NodeProgram) -> None:
         """Keep the live copy's values alive (the schedule holds them) while the locals take the new copy."""
         held = f"held_{index}_{self.holds}"
         self.holds += 1
-        self._emit(f"{_BODY}{held} = (" + "".join(f"{self.variables.of(name)}, " for name in node.exports) + ")")
+        self.emit(f"{BODY}{held} = (" + "".join(f"{self.variables.of(name)}, " for name in node.exports) + ")")
         self.held[index].append(held)
 
     def _take(self, node: NodeProgram, name: str, indent: str, failure: _Failure) -> None:
@@ -412,7 +456,7 @@ class _StepWriter:
         lines += [f"update_{buffer} = {value}" for buffer, update in node.buffer_updates if update == name]
         lines += [f"output_{output} = {value}.detach()" for output, made in node.outputs if made == name]
         for line in lines:
-            self._emit(indent + line, failure)
+            self.emit(indent + line, failure)
 
     def _share_step_outputs(self, node: NodeProgram) -> None:
         """A recomputation makes the step's outputs again, with the same values. Exported ones (BatchNorm's new
@@ -420,12 +464,12 @@ class _StepWriter:
         those once, in the fixed memory, and the new ones die with the node, as its recompute workspace says."""
         for buffer, update in node.buffer_updates:
             if update in node.exports:
-                self._emit(f"{_BODY}{self.variables.of(update)} = update_{buffer}")
+                self.emit(f"{BODY}{self.variables.of(update)} = update_{buffer}")
         for output, made in node.outputs:
             if made in node.exports:
-                self._emit(f"{_BODY}{self.variables.of(made)} = output_{output}")
+                self.emit(f"{BODY}{self.variables.of(made)} = output_{output}")
         if node.loss is not None and node.loss in node.exports:
-            self._emit(f"{_BODY}{self.variables.of(node.loss)} = loss")
+            self.emit(f"{BODY}{self.variables.of(node.loss)} = loss")
 
     def _operation_lines(self, index: int) -> list[tuple[Operation, list[str]]]:
         """Each operation of node `index` as source lines (its call and layout check), rendered once per node."""

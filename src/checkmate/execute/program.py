@@ -14,10 +14,11 @@ updates taken on a node's first computation only, random nodes replayed on recom
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,17 +29,17 @@ from torch.fx.node import map_aggregate
 from checkmate.captured import Captured, last_uses
 from checkmate.errors import ExecutionError
 from checkmate.execute.codegen import (
-    Call,
     GradientSink,
     NodeProgram,
     Operation,
     Reference,
-    SegmentCall,
+    ScheduleItem,
     StepFunction,
     StepSource,
     step_function,
 )
-from checkmate.simulate import Schedule, Step
+from checkmate.execute.passes import SchedulePass, apply_passes
+from checkmate.simulate import Schedule
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,8 @@ class Program:
 
     `step_functions` maps id(schedule) to (a weak reference to the schedule, its function): a schedule is
     generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
-    `fuse`, when set, replaces runs of a schedule's steps by compiled calls before the function is generated
-    (`checkmate.inductor.segments`), or places calls among them (`checkmate.sharded`).
+    `passes` rewrite a schedule's steps before its function is generated, by their order
+    (`checkmate.execute.passes`): an executor's fusion of runs, a distribution's calls among the steps.
     """
 
     placeholders: tuple[str, ...]
@@ -59,10 +60,18 @@ class Program:
     nodes: tuple[NodeProgram, ...]
     buffer_count: int
     output_count: int = 0
-    fuse: Callable[[Schedule], tuple[Step | SegmentCall | Call, ...]] | None = field(default=None, compare=False)
+    passes: tuple[SchedulePass, ...] = field(default=(), compare=False)
     step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    def lowered(self, schedule: Schedule) -> tuple[ScheduleItem, ...]:
+        """The steps the step function of `schedule` runs: its own, rewritten by this program's passes."""
+        return apply_passes(schedule, self.passes)
+
+    def with_passes(self, *passes: SchedulePass) -> Program:
+        """This program with `passes` added to its own (its step functions generated anew)."""
+        return dataclasses.replace(self, passes=(*self.passes, *passes), step_functions={})
 
     def step_function(self, schedule: Schedule) -> StepFunction:
         """The function that runs `schedule` over this program, generated on the first call for that schedule.
@@ -73,7 +82,7 @@ class Program:
         cached = self.step_functions.get(id(schedule))
         if cached is not None and cached[0]() is schedule:
             return cached[1]
-        steps = schedule.steps if self.fuse is None else self.fuse(schedule)
+        steps = self.lowered(schedule)
         source = StepSource(
             self.nodes,
             self.placeholders,

@@ -6,7 +6,6 @@ generated, runs of its steps become one compiled call each where they fit the pl
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 from collections.abc import Sequence
 
@@ -17,7 +16,7 @@ from checkmate.captured import Captured
 from checkmate.execute.codegen import NodeProgram, Operation, Reference
 from checkmate.execute.program import Program, prepare
 from checkmate.inductor.kernels import NodeKernel
-from checkmate.inductor.segments import fused_steps
+from checkmate.inductor.segments import FuseRuns
 from checkmate.torch_capture.strides import traced_stride
 
 
@@ -30,8 +29,9 @@ def inductor_program(captured: Captured, kernels: Sequence[NodeKernel], device: 
         _compiled_node(program, kernel, fx_nodes) if kernel.compiled else program
         for program, kernel in zip(aten.nodes, kernels, strict=True)
     )
-    fuse = functools.partial(fused_steps, captured, tuple(kernels), device)
-    return dataclasses.replace(aten, nodes=nodes, fuse=fuse, step_functions={})
+    return dataclasses.replace(aten, nodes=nodes, step_functions={}).with_passes(
+        FuseRuns(captured, tuple(kernels), device)
+    )
 
 
 def _compiled_node(program: NodeProgram, kernel: NodeKernel, fx_nodes: dict[str, torch.fx.Node]) -> NodeProgram:

@@ -26,19 +26,22 @@ The rises are cached on disk beside the node measures, so a second compile of th
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from checkmate.captured import Captured
-from checkmate.execute.codegen import SegmentCall
+from checkmate.execute.codegen import ScheduleItem, SegmentCall
 from checkmate.execute.memory import measure_peak
+from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, with_steps
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
-from checkmate.simulate import Compute, Free, Schedule, Step
+from checkmate.simulate import Compute, Free, Step
 from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
@@ -83,14 +86,40 @@ def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], m
     return runs
 
 
+@dataclass(frozen=True)
+class FuseRuns:
+    """The Inductor executor's schedule pass (`checkmate.execute.passes`, order FUSE): each run of the steps between
+    the calls placed before it that fits the plan is replaced by one compiled call."""
+
+    captured: Captured
+    kernels: tuple[NodeKernel, ...]
+    device: torch.device
+    order: PassOrder = PassOrder.FUSE
+
+    def __call__(self, lowering: Lowering) -> Lowering:
+        return with_steps(lowering, fused_steps(self.captured, self.kernels, self.device, lowering))
+
+
 def fused_steps(
-    captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, schedule: Schedule
-) -> tuple[Step | SegmentCall, ...]:
-    """`schedule.steps` with each run that fits the plan's peak replaced by one compiled call."""
-    runs = candidate_runs(schedule.steps, _joinable(captured, kernels), MAX_NODES)
+    captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, lowering: Lowering
+) -> tuple[ScheduleItem, ...]:
+    """`lowering.steps` with each run that fits the plan's peak replaced by one compiled call; a run never crosses
+    an item an earlier pass placed."""
+    schedule = lowering.schedule
+    positions = schedule_positions(lowering.steps)
+    barriers = {
+        following
+        for placed, following in itertools.pairwise(positions)
+        if placed is None and following is not None
+    }
+    runs = [
+        piece
+        for run in candidate_runs(schedule.steps, _joinable(captured, kernels), MAX_NODES)
+        for piece in _cut(run, barriers)
+    ]
     if not runs:
-        return schedule.steps
-    fuser = _Fuser(captured, device, schedule)
+        return lowering.steps
+    fuser = _Fuser(captured, device, lowering)
     started = time.perf_counter()
     calls: dict[int, tuple[SegmentCall, int]] = {}
     for number, run in enumerate(runs):
@@ -102,15 +131,17 @@ def fused_steps(
             time.perf_counter() - started,
         )
     fuser.store()
-    steps: list[Step | SegmentCall] = []
-    position = 0
-    while position < len(schedule.steps):
-        if position in calls:
-            call, position = calls[position]
+    steps: list[ScheduleItem] = []
+    skip_until: int | None = None
+    for item, position in zip(lowering.steps, positions, strict=True):
+        if position is not None and skip_until is not None and position < skip_until:
+            continue
+        skip_until = None
+        if position is not None and position in calls:
+            call, skip_until = calls[position]
             steps.append(call)
         else:
-            steps.append(schedule.steps[position])
-            position += 1
+            steps.append(item)
     log.info(
         "Inductor: %d of %d computations run in %d fused calls",
         sum(len(call.computes) for call, _ in calls.values()),
@@ -118,6 +149,12 @@ def fused_steps(
         len(calls),
     )
     return tuple(steps)
+
+
+def _cut(run: range, barriers: set[int]) -> list[range]:
+    """`run` cut before each of `barriers` inside it (a piece of a run is a run: see the module doc)."""
+    cuts = [run.start, *sorted(position for position in barriers if run.start < position < run.stop), run.stop]
+    return [range(start, stop) for start, stop in itertools.pairwise(cuts)]
 
 
 def _joinable(captured: Captured, kernels: Sequence[NodeKernel]) -> Callable[[Compute], bool]:
@@ -140,10 +177,12 @@ def measure_rise(entry: Callable[[list[Any]], Any], arguments: list[Any], device
 class _Fuser:
     """Compiles and measures runs of one schedule, splitting those that would exceed the plan's peak."""
 
-    def __init__(self, captured: Captured, device: torch.device, schedule: Schedule) -> None:
+    def __init__(self, captured: Captured, device: torch.device, lowering: Lowering) -> None:
+        schedule = lowering.schedule
         self.captured = captured
         self.device = device
         self.schedule = schedule
+        self.peak = lowering.peak
         self.fx_nodes = {node.name: node for node in captured.module.graph.nodes}
         self.leaving = leaving_values(captured)
         self.path = cache_directory() / f"inductor-runs-{device_key(device, torch.get_num_threads())}.json"
@@ -152,6 +191,8 @@ class _Fuser:
         # Bytes held just before each Compute step: its `usage` (`checkmate.simulate.lower`) less what the step adds.
         computes = [(position, step) for position, step in enumerate(schedule.steps) if isinstance(step, Compute)]
         self.before: dict[int, int] = {}
+        # What is held beside the plan's own accounting at each Compute step (a distribution's calls).
+        self.held = {position: held for (position, _), held in zip(computes, lowering.held, strict=True)}
         for (position, step), usage in zip(computes, schedule.usage, strict=True):
             first = step.stage == step.node
             node = captured.graph.nodes[step.node]
@@ -170,8 +211,9 @@ class _Fuser:
         return self.fuse(range(run.start, middle)) + self.fuse(range(middle, run.stop))
 
     def _call(self, run: range) -> SegmentCall | None:
-        before = self.before[run.start]
-        if before > self.schedule.peak_memory:
+        held = max(self.held.get(position, 0) for position in run)
+        before = self.before[run.start] + held
+        if before > self.peak:
             return None
         steps = [self.schedule.steps[position] for position in run]
         computes = tuple(step for step in steps if isinstance(step, Compute))
@@ -195,7 +237,7 @@ class _Fuser:
             return None
         dying = {name for index in handed for name in self.captured.exports[index]}
         rise = self._rise(entry, inputs, dying, key)
-        if rise is None or before + rise > self.schedule.peak_memory:
+        if rise is None or before + rise > self.peak:
             log.debug("%s: %s above the plan's peak; split", label, rise)
             return None
         return SegmentCall(label, entry, computes, inputs, outputs, freed, handed)

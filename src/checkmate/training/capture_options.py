@@ -1,8 +1,7 @@
 """The options a compiled step captures with: each keyword of `checkmate.torch_capture.capture`, named and typed.
 
-The executor fixes some (`checkmate.training.executors.capture_options`), `checkmate.compile`'s arguments others,
-a capture choice `lean_backward` (`checkmate.training.executors.capture_choices`), and a data-parallel step the
-bytes of its gradient buckets (`checkmate.data_parallel`).
+The executor fixes some (`checkmate.executors.protocol.Executor.capture_options`), `checkmate.compile`'s arguments
+others, and a capture choice `lean_backward` (`Executor.capture_choices`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ class CaptureOptions:
     Attributes:
         cost_model: how capture prices ops: "profile", "flops" or "unit".
         max_nodes: merge cheap neighbouring nodes until at most this many remain (None: no merging).
-        optimizer_state_bytes: bytes to add to the graph's fixed memory (a data-parallel step's gradient buckets).
         gradient_memory: "whole_step" or "when_made": when the plan counts the parameters' gradients.
         fused: group ops as Inductor fuses them (the Inductor executor).
         lean_backward: let ReLU and max-pool backward read a mask and a shape instead of forward tensors.
@@ -25,7 +23,6 @@ class CaptureOptions:
 
     cost_model: str = "profile"
     max_nodes: int | None = None
-    optimizer_state_bytes: int = 0
     gradient_memory: str = "whole_step"
     fused: bool = False
     lean_backward: bool = False

@@ -29,8 +29,8 @@ from torch.utils import _pytree as pytree
 
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
-from checkmate.execute.gradients import GradientAccumulator, StepGradients, WithBatchGradients
-from checkmate.execute.memory import measure_peak, step_baseline, synchronize
+from checkmate.execute.gradients import WithBatchGradients
+from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -38,24 +38,14 @@ from checkmate.simulate import lower
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
+from checkmate.training.distribution import Distribution, PlannedMemory
 from checkmate.training.guards import Guards, GuardState, check_grad_mode
-from checkmate.training.planning import (
-    BatchSignature,
-    Compiled,
-    Settings,
-    batch_signature,
-    in_bytes,
-    plan_step,
-    signature_of,
-)
+from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, in_bytes, signature_of
 from checkmate.training.shape_reuse import describe, reuse_plan
 from checkmate.training.step_report import StepReport
 from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
-
-MEASURE_CHOICES = ("first", "every", "never")
-
 
 class PlanKey(NamedTuple):
     """What a plan is kept by: the batch's signature and the guarded values its trace depended on."""
@@ -67,17 +57,28 @@ class PlanKey(NamedTuple):
 class CompiledStep:
     """A training step that runs forward and backward as a rematerialization plan says.
 
+    It holds two parts that vary: the executor that runs a plan's schedule (`settings.executor`,
+    `checkmate.executors`) and the distribution that runs it across processes (`distribution`,
+    `checkmate.training.distribution`: one process, DDP or FSDP2).
+
     Attributes:
         model: the module whose parameters, gradients and buffers each call uses and updates (as given to
             `compile`: a DistributedDataParallel stays the wrapper; `module` is the module it wraps).
         loss_fn: the loss function given to `compile`.
+        distribution: how the step runs across processes.
     """
 
     def __init__(
-        self, model: nn.Module, loss_fn: LossFunction, settings: Settings, compiled: dict[BatchSignature, Compiled]
+        self,
+        model: nn.Module,
+        loss_fn: LossFunction,
+        settings: Settings,
+        compiled: dict[BatchSignature, Compiled],
+        distribution: Distribution,
     ) -> None:
         self.model = model
         self.loss_fn = loss_fn
+        self.distribution = distribution
         self._settings = in_bytes(settings, next(iter(compiled.values())))
         self._guards = Guards(self.module, loss_fn, model_device(self.module).type)
         for planned in compiled.values():
@@ -91,7 +92,12 @@ class CompiledStep:
     @property
     def module(self) -> nn.Module:
         """The module whose step is captured and planned: `model` itself (a data-parallel step: the wrapped one)."""
-        return self.model
+        return self.distribution.module
+
+    @property
+    def compiled(self) -> Compiled:
+        """The planned step of the batch shape used last."""
+        return self._compiled[self._current]
 
     @property
     def plan(self) -> Plan:
@@ -161,7 +167,18 @@ class CompiledStep:
                 f"this step was planned for batch {describe(self.captured.batch_shapes)} and got {change}: compile "
                 "with replan=True, or pass a batch of the planned shape"
             )
-        reused = reuse_plan(self.module, self.loss_fn, batch, self._settings, self._compiled.values())
+        reused = (
+            reuse_plan(
+                self.module,
+                self.loss_fn,
+                batch,
+                self._settings,
+                self._compiled.values(),
+                fixed_memory=self.distribution.fixed_memory,
+            )
+            if self.distribution.plans_alone
+            else "every rank plans it together"
+        )
         if isinstance(reused, Compiled):
             log.info(
                 "%s: running the plan of batch %s (fits: planned peak %s of the budget %s); call "
@@ -201,7 +218,7 @@ class CompiledStep:
         compile; `change` says what is new, for the log and errors."""
         started = time.perf_counter()
         try:
-            compiled = plan_step(self.module, self.loss_fn, batch, self._settings)
+            compiled = self.distribution.plan(self.loss_fn, batch, self._settings)
         except InfeasibleBudget as refusal:
             raise InfeasibleBudget(
                 f"{change}: {refusal} (the budget was fixed in bytes at compile, for every batch shape and model "
@@ -233,25 +250,26 @@ class CompiledStep:
         return compiled.plan
 
     def _run(self, compiled: Compiled, leaves: list[Any], measure: bool) -> Any:
-        self._before_step()
-        parameters = self._parameters(compiled)
+        distribution = self.distribution
+        distribution.before_step()
+        parameters = distribution.parameters(compiled)
         buffers = [getattr(module, name) for module, name in compiled.buffer_slots]
         inputs = [p.detach() for p in parameters] + buffers + leaves
         device = parameters[0].device if parameters else torch.device("cpu")
-        gradients = self._gradient_sink(compiled, parameters)
+        gradients = distribution.gradient_sink(compiled, parameters)
         if any(compiled.captured.input_gradients):
             gradients = WithBatchGradients(gradients, len(parameters), leaves)
         timed = not measure or device.type == "cuda"
         synchronize(device)
         started = time.perf_counter()
         if measure:
-            allocator = self._settings.executor == "inductor"
-            with measure_peak(device, self._baseline(leaves), allocator=allocator) as meter:
+            allocator = self._settings.executor.metered_by_allocator
+            with measure_peak(device, distribution.baseline(leaves), allocator=allocator) as meter:
                 outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
                 gradients.finish()
                 _write_buffers(buffers, outputs.buffer_updates)
             self._measured_peak[self._current] = meter.peak_bytes
-            self._check_measured_peak(meter.peak_bytes, compiled.plan, device)
+            _check_measured_peak(meter.peak_bytes, distribution.memory(compiled), distribution.description, device)
         else:
             outputs = run_schedule(compiled.program, compiled.schedule, inputs, on_gradient=gradients)
             gradients.finish()
@@ -262,31 +280,12 @@ class CompiledStep:
         loss_output = compiled.captured.loss_output
         return outputs.loss if loss_output is None else loss_output.rebuild(outputs.loss, outputs.outputs)
 
-    def _before_step(self) -> None:
-        """Called at the start of each call, before the inputs are read (a data-parallel step syncs buffers)."""
-
-    def _baseline(self, leaves: list[Any]) -> list[torch.Tensor]:
-        """The tensors a metered call starts with that the plan counts as fixed (`step_baseline`)."""
-        return step_baseline(self.model, leaves)
-
-    def _check_measured_peak(self, measured: int, plan: Plan, device: torch.device) -> None:
-        """Warn when a metered call held more than its plan said (`_check_measured_peak`)."""
-        _check_measured_peak(measured, plan, device)
-
-    def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
-        """The parameters this call reads and fills `.grad` of, in placeholder order: those now in the model's slots
-        (a sharded step: the full parameters, whatever their storage holds when the step starts)."""
-        return [getattr(module, name) for module, name in compiled.parameter_slots]
-
-    def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
-        """Where this call's gradients go: into `.grad`, as eager autograd adds them."""
-        return GradientAccumulator(parameters)
-
     def report(self) -> StepReport:
-        """Planned figures of the current batch shape and, once measured, the live-tensor peak and step time."""
+        """Planned figures of the current batch shape (as its distribution holds it: a sharded step's count the
+        gathered parameters) and, once measured, the live-tensor peak and step time."""
         compiled = self._compiled[self._current]
         plan = compiled.plan
-        budget = plan.budget if plan.budget is not None else compiled.no_remat.peak_memory
+        memory = self.distribution.memory(compiled)
         extra_compute = plan.cost / compiled.no_remat.cost - 1.0 if compiled.no_remat.cost > 0 else 0.0
         return StepReport(
             method=plan.method,
@@ -294,9 +293,9 @@ class CompiledStep:
             gap=plan.gap,
             cost_model=compiled.captured.cost_model,
             nodes=compiled.captured.graph.size,
-            no_remat_peak=compiled.no_remat.peak_memory,
-            budget=budget,
-            planned_peak=plan.peak_memory,
+            no_remat_peak=memory.no_remat_peak,
+            budget=memory.budget,
+            planned_peak=memory.planned_peak,
             planned_extra_compute=extra_compute,
             measured_peak=self._measured_peak.get(self._current),
             measured_time=self._measured_time,
@@ -335,12 +334,10 @@ class CompiledStep:
         return plan
 
 
-def _check_measured_peak(measured: int, plan: Plan, device: torch.device) -> None:
+def _check_measured_peak(measured: int, memory: PlannedMemory, what: str, device: torch.device) -> None:
     """Warn when a step held more than its plan said: the budget is checked at run time, not only assumed."""
-    if measured <= plan.peak_memory:
+    if measured <= memory.planned_peak:
         return
-    over = f"by {format_bytes(measured - plan.peak_memory)}"
-    budget = "" if plan.budget is None else f"; the budget is {format_bytes(plan.budget)}"
     cause = (
         "CUDA counts allocator rounding and library workspaces, which the plan does not model; leave headroom in the "
         "budget"
@@ -348,11 +345,12 @@ def _check_measured_peak(measured: int, plan: Plan, device: torch.device) -> Non
         else "the memory model missed something here; please report the model"
     )
     log.warning(
-        "the step's measured peak %s is above the plan's %s %s%s (%s)",
+        "%s's measured peak %s is above the plan's %s by %s; the budget is %s (%s)",
+        what.capitalize(),
         format_bytes(measured),
-        format_bytes(plan.peak_memory),
-        over,
-        budget,
+        format_bytes(memory.planned_peak),
+        format_bytes(measured - memory.planned_peak),
+        format_bytes(memory.budget),
         cause,
     )
 

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,7 +22,9 @@ from checkmate import disk_cache, progress_lines
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
+from checkmate.executors import CaptureChoice, EagerExecutor, Executor
 from checkmate.graph import Graph
+from checkmate.options import CostModel, MeasureMemory
 from checkmate.plan import Plan
 from checkmate.progress import interrupt_scope
 from checkmate.search_defaults import within_time_left
@@ -34,7 +36,6 @@ from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
 from checkmate.training.capture_options import CaptureOptions
-from checkmate.training.executors import CaptureChoice, capture_choices, prepare_executor, traced_loss
 from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,9 @@ class Settings:
     capture: CaptureOptions
     cache: bool
     replan: bool
-    measure_memory: str
-    executor: str = "eager"
-    cost_model: str = "profile"
+    measure_memory: MeasureMemory
+    executor: Executor = field(default_factory=EagerExecutor)
+    cost_model: CostModel = "profile"
     channels_last: bool | None = None
     planning_time_limit: float | None = None
 
@@ -93,8 +94,11 @@ def in_bytes(settings: Settings, first: Compiled) -> Settings:
     return dataclasses.replace(settings, budget=first.plan.budget)
 
 
-def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
+def plan_step(
+    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, *, fixed_memory: int = 0
+) -> Compiled:
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible).
+    `fixed_memory` is what a distribution holds beside the model's tensors (`Distribution.fixed_memory`).
 
     The executor's captures (`capture_choices`) are planned in order, fastest without recomputation first. A plan
     that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
@@ -109,9 +113,9 @@ def plan_step(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], set
     started = time.perf_counter()
     progress = settings.solve_options.get("progress"), settings.solve_options.get("progress_interval")
     with interrupt_scope() as interrupted, progress_lines.shown(progress[0] is None, progress[1]):
-        for choice in capture_choices(settings.executor, settings.channels_last, model):
+        for choice in settings.executor.capture_choices(settings.channels_last, model):
             try:
-                planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started)
+                planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started, fixed_memory)
             except InfeasibleBudget as refusal:
                 log.info("%s: %s", choice.description, refusal)
                 budget = refusal.budget
@@ -155,20 +159,20 @@ def _plan_capture(
     choice: CaptureChoice,
     budget: int | None,
     started: float,
+    fixed_memory: int,
 ) -> Compiled:
     """Plan one capture of the step within `budget` bytes (None: the settings' budget, resolved against this
     capture's peak without recomputation); `started` is when the planning began (`planning_time_limit`)."""
     options = choice.options(settings.capture)
     with disk_cache.caching(settings.cache):  # profiling and Inductor's measures read and write their own caches
-        captured, program = prepare_executor(
-            settings.executor,
+        captured, program = settings.executor.prepare(
             capture(
                 model,
-                traced_loss(choice.channels_last, model, loss_fn),
+                choice.traced_loss(model, loss_fn),
                 batch,
                 cost_model=options.cost_model,
                 max_nodes=options.max_nodes,
-                optimizer_state_bytes=options.optimizer_state_bytes,
+                optimizer_state_bytes=fixed_memory,
                 gradient_memory=options.gradient_memory,
                 fused=options.fused,
                 lean_backward=options.lean_backward,

@@ -31,7 +31,6 @@ from checkmate.solve import solve
 from checkmate.torch_capture import capture_as, model_device, trace_prepared
 from checkmate.torch_capture.structure import structure_difference
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.executors import capture_choices, traced_loss
 from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
 from checkmate.units import format_bytes, resolve_budget
 
@@ -39,7 +38,13 @@ Shapes = tuple[tuple[tuple[int, ...], str], ...]
 
 
 def reuse_plan(
-    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, planned: Iterable[Compiled]
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    planned: Iterable[Compiled],
+    *,
+    fixed_memory: int = 0,
 ) -> Compiled | str:
     """The step of `batch` running the plan of the smallest planned step at least as large in every dimension, when
     its trace has that step's structure and the plan's peak at this batch's sizes fits the budget (`settings.budget`,
@@ -47,22 +52,22 @@ def reuse_plan(
 
     Nothing runs on the device: the batch is traced on fake tensors and the plan is simulated.
     """
-    if settings.executor != "eager":
-        return f"the {settings.executor!r} executor compiles each shape's nodes"
+    if not settings.executor.reuses_plans_across_shapes:
+        return f"the {settings.executor.name!r} executor compiles each shape's nodes"
     signature = signature_of(batch)
     covering = [compiled for compiled in planned if compiled.reused_from is None and _covers(compiled, signature)]
     if not covering:
         return "no planned batch is as large in every dimension"
     like = min(covering, key=lambda compiled: _elements(compiled.captured.batch_shapes))
-    choice = capture_choices(settings.executor, settings.channels_last, model)[0]
-    trace = trace_prepared(model, traced_loss(choice.channels_last, model, loss_fn), batch, lean_backward=False)
+    choice = settings.executor.capture_choices(settings.channels_last, model)[0]
+    trace = trace_prepared(model, choice.traced_loss(model, loss_fn), batch, lean_backward=False)
     difference = structure_difference(like.captured, trace)
     if difference is not None:
         return f"its graph differs from that of batch {describe(like.captured.batch_shapes)}: {difference}"
     captured = capture_as(
         like.captured,
         trace,
-        optimizer_state_bytes=settings.capture.optimizer_state_bytes,
+        optimizer_state_bytes=fixed_memory,
         gradient_memory=settings.capture.gradient_memory,
         device=model_device(model),
     )
