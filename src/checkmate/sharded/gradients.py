@@ -15,8 +15,8 @@ import logging
 from collections.abc import Sequence
 
 import torch
-from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
 
+import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.execute.gradients import GradientAccumulator
 from checkmate.sharded.units import Unit
 
@@ -44,7 +44,7 @@ class ShardedGradients:
     def reduce(self, unit: int) -> None:
         """The unit's post-backward: its gradients in the parameters' layout, then FSDP2 reduces and reshards."""
         self.accumulators[unit].finish()
-        self.units[unit].group.post_backward()
+        fsdp2.post_backward(self.units[unit].group)
         self.reduced[unit] = True
 
     def finish(self) -> None:
@@ -52,16 +52,5 @@ class ShardedGradients:
         did not reduce, every unit idle again, and on the last backward its pending reductions waited for."""
         for unit, done in zip(self.units, self.reduced, strict=True):
             if not done:
-                unit.group.post_backward()
-        last_backward = True
-        for unit in self.units:
-            state = unit.module._get_fsdp_state()
-            unit.group._training_state = TrainingState.IDLE
-            state._training_state = TrainingState.IDLE
-            last_backward = state._state_ctx.is_last_backward
-            if last_backward:
-                unit.group.finalize_backward()
-        if last_backward and self.units:
-            communication = self.units[0].group.comm_ctx
-            communication.post_forward_order.clear()
-            communication.reduce_scatter_states.clear()
+                fsdp2.post_backward(unit.group)
+        fsdp2.finish_backward((unit.module, unit.group) for unit in self.units)

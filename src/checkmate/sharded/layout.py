@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 from torch import nn
 
+import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.captured import Captured
 from checkmate.errors import ShardedTrainingError
 from checkmate.sharded.memory import UnitBytes
@@ -52,9 +53,9 @@ def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
         ShardedTrainingError: a captured parameter belongs to no unit (the root is not sharded).
     """
     place = {
-        fsdp_param._param_fqn: (number, fsdp_param)
+        fsdp2.parameter_name(param): (number, param)
         for number, unit in enumerate(units)
-        for fsdp_param in unit.group.fsdp_params
+        for param in fsdp2.params(unit.group)
     }
     names = captured.parameter_names
     missing = [name for name in names if name not in place]
@@ -63,7 +64,7 @@ def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
             f"the parameters {missing[:5]} are not sharded by any fully_shard unit: apply fully_shard to the root too"
         )
     unit_of = tuple(place[name][0] for name in names)
-    parameters = tuple(place[name][1].unsharded_param for name in names)
+    parameters = tuple(fsdp2.unsharded_parameter(place[name][1]) for name in names)
     use = dataclasses.replace(
         unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units)),
         prefetch_gathers=PREFETCH_GATHERS,
@@ -86,5 +87,5 @@ def _sizes(
         gradient_shards=tuple(unit.gradient_shard_bytes for unit in units),
         made=tuple(made),
         fixed_memory=captured.graph.fixed_memory,
-        collectives_copy=any(dist.get_backend(unit.group.mesh_info.shard_process_group) == "gloo" for unit in units),
+        collectives_copy=any(dist.get_backend(fsdp2.shard_process_group(unit.group)) == "gloo" for unit in units),
     )

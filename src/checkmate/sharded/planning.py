@@ -23,7 +23,6 @@ that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` sol
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import time
@@ -31,10 +30,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from torch import nn
-from torch.distributed._composable.contract import REGISTRY_KEY, STATE_KEY
-from torch.distributed.fsdp import FSDPModule
 
-from checkmate.errors import InfeasibleBudget, ShardedTrainingError
+import checkmate.sharded.fsdp2 as fsdp2
+from checkmate.errors import InfeasibleBudget
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
 from checkmate.sharded.memory import stage_memory
@@ -58,9 +56,9 @@ def plan_sharded(
         RankFailed: planning failed on another rank (that rank raises its own error).
         ShardedTrainingError: the ranks captured different steps.
     """
-    device = units[0].group.device
+    device = fsdp2.device(units[0].group)
     with gathered(units):
-        plain = plain_copy(model)
+        plain = fsdp2.plain_copy(model)
         held = shard_bytes_held(units)
         full = full_bytes(parameter for unit in units for parameter in unit.parameters)
         full += full_bytes(parameter for unit in units for parameter in unit.parameters if parameter.requires_grad)
@@ -136,42 +134,3 @@ def gathered(units: Sequence[Unit]) -> Iterator[None]:
     finally:
         for unit in units:
             unit.module.reshard()
-
-
-def plain_copy(model: nn.Module) -> nn.Module:
-    """A copy of the module tree that shares the model's parameters and buffers as they are now registered (the
-    gathered ones, inside `gathered`), with each FSDP2 module back in the class `fully_shard` wrapped, without
-    FSDP2's forward hooks and without the record of its state."""
-    wrapped: list[nn.Module] = [module for module in model.modules() if isinstance(module, FSDPModule)]
-    classes = [type(module) for module in wrapped]
-    states = [fsdp_module._get_fsdp_state() for fsdp_module in model.modules() if isinstance(fsdp_module, FSDPModule)]
-    shared: dict[int, Any] = {id(tensor): tensor for tensor in [*model.parameters(), *model.buffers()]}
-    shared |= {id(state): state for state in states}
-    try:
-        for module, wrapper in zip(wrapped, classes, strict=True):
-            module.__class__ = _unwrapped_class(wrapper)
-        plain = copy.deepcopy(model, shared)
-    finally:
-        for module, wrapper in zip(wrapped, classes, strict=True):
-            module.__class__ = wrapper
-    fsdp_states = tuple(states)
-    for module in plain.modules():
-        for key in (STATE_KEY, REGISTRY_KEY):  # fully_shard's record of its state, kept in the module's __dict__
-            module.__dict__.pop(key, None)
-        for hooks in (module._forward_pre_hooks, module._forward_hooks):
-            for key in [key for key, hook in hooks.items() if getattr(hook, "__self__", None) in fsdp_states]:
-                del hooks[key]
-                module._forward_pre_hooks_with_kwargs.pop(key, None)
-                module._forward_hooks_with_kwargs.pop(key, None)
-                module._forward_hooks_always_called.pop(key, None)
-    return plain
-
-
-def _unwrapped_class(wrapper: type) -> type:
-    """The class `fully_shard` wrapped: its wrapper class is `FSDP<name>(FSDPModule, <class>)`."""
-    bases = [base for base in wrapper.__bases__ if base is not FSDPModule]
-    if len(bases) != 1:
-        raise ShardedTrainingError(
-            f"cannot tell which class fully_shard wrapped in {wrapper.__name__} (bases {wrapper.__bases__})"
-        )
-    return bases[0]

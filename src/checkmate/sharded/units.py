@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
+import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.errors import ShardedTrainingError
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ class Unit:
     Attributes:
         name: the qualified name of the module `fully_shard` was applied to ("" for the root).
         module: that module.
-        group: its FSDPParamGroup (FSDP2's own object: it gathers, frees and reduces the unit).
+        group: its FSDP2 parameter group (FSDP2's own object: it gathers, frees and reduces the unit; read through
+            `checkmate.sharded.fsdp2`).
         reshard_after_forward: whether FSDP2 frees the gathered parameters after the unit's forward (the root's
             are kept: FSDP2 sets that at its lazy initialization).
     """
@@ -42,28 +44,25 @@ class Unit:
     @property
     def parameters(self) -> list[nn.Parameter]:
         """The unit's full (unsharded) parameters: the tensors whose storage a gather fills and a free empties."""
-        return [fsdp_param.unsharded_param for fsdp_param in self.group.fsdp_params]
+        return [fsdp2.unsharded_parameter(param) for param in fsdp2.params(self.group)]
 
     @property
     def world_size(self) -> int:
         """How many ranks the unit is sharded over."""
-        return int(self.group.mesh_info.shard_mesh_size)
+        return fsdp2.shard_world_size(self.group)
 
     @property
     def shard_bytes(self) -> int:
         """Bytes this rank holds of the unit's parameters: its padded shards."""
-        return sum(
-            fsdp_param.padded_sharded_param_size.numel() * fsdp_param.sharded_param.element_size()
-            for fsdp_param in self.group.fsdp_params
-        )
+        return sum(fsdp2.padded_shard_bytes(param) for param in fsdp2.params(self.group))
 
     @property
     def gradient_shard_bytes(self) -> int:
         """Bytes of the unit's sharded gradients on this rank (of the parameters that take a gradient)."""
         return sum(
-            fsdp_param.padded_sharded_param_size.numel() * fsdp_param.sharded_param.element_size()
-            for fsdp_param in self.group.fsdp_params
-            if fsdp_param.sharded_param.requires_grad
+            fsdp2.padded_shard_bytes(param)
+            for param in fsdp2.params(self.group)
+            if fsdp2.sharded_parameter(param).requires_grad
         )
 
 
@@ -71,7 +70,7 @@ def initialize(root: nn.Module) -> None:
     """FSDP2's lazy initialization, which its first forward would do: `root` becomes the root of every unit below
     it (its own parameters stay gathered after the forward) and each unit learns its dtypes."""
     assert isinstance(root, FSDPModule)
-    root._get_fsdp_state()._lazy_init()
+    fsdp2.lazy_init(root)
 
 
 def units_of(root: nn.Module) -> tuple[Unit, ...]:
@@ -80,8 +79,8 @@ def units_of(root: nn.Module) -> tuple[Unit, ...]:
     for name, module in root.named_modules():
         if not isinstance(module, FSDPModule):
             continue
-        for group in module._get_fsdp_state()._fsdp_param_groups:
-            units.append(Unit(name, module, group, group.post_forward_mesh_info is not None))
+        for group in fsdp2.param_groups(module):
+            units.append(Unit(name, module, group, fsdp2.reshards_after_forward(group)))
     return tuple(units)
 
 
@@ -113,9 +112,9 @@ def check_supported(root: nn.Module) -> None:
     managed: set[int] = set()
     for name, module in root.named_modules():
         if isinstance(module, FSDPModule):
-            problems += _unit_problems(name or "the root", module._get_fsdp_state()._fsdp_param_groups)
-            for group in module._get_fsdp_state()._fsdp_param_groups:
-                managed.update(id(fsdp_param.sharded_param) for fsdp_param in group.fsdp_params)
+            problems += _unit_problems(name or "the root", fsdp2.param_groups(module))
+            for group in fsdp2.param_groups(module):
+                managed.update(id(fsdp2.sharded_parameter(param)) for param in fsdp2.params(group))
     foreign = [name for name, parameter in root.named_parameters() if id(parameter) not in managed]
     foreign_dtensors = [name for name in foreign if isinstance(root.get_parameter(name), DTensor)]
     if foreign_dtensors:
@@ -126,32 +125,29 @@ def check_supported(root: nn.Module) -> None:
         )
 
 
-def _unit_problems(name: str, groups: Iterable[Any]) -> list[str]:
+def _unit_problems(name: str, groups: Iterable[fsdp2.ParamGroup]) -> list[str]:
     groups = list(groups)
     problems = []
     if len(groups) > 1:
         problems.append(f"{name}: several parameter groups in one fully_shard (shard_placement_fn with meshes)")
     for group in groups:
-        if isinstance(group.offload_policy, CPUOffloadPolicy):
+        if fsdp2.offloads_to_cpu(group):
             problems.append("CPU offload (offload_policy=CPUOffloadPolicy()): shard without offload_policy")
-        policy = group.mp_policy
-        if (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) != (None, None, None) or not isinstance(
-            policy, MixedPrecisionPolicy
-        ):
+        if fsdp2.casts_precision(group):
             problems.append(
                 "a mixed-precision policy (mp_policy): shard without one, with the model in the dtype it trains in"
             )
-        if group.mesh_info.mesh.ndim != 1:
-            problems.append(f"a {group.mesh_info.mesh.ndim}-D device mesh (HSDP or replication): shard over a 1-D mesh")
-        elif group.post_forward_mesh_info is not None and group.post_forward_mesh_info != group.mesh_info:
+        if fsdp2.mesh_dimensions(group) != 1:
+            problems.append(
+                f"a {fsdp2.mesh_dimensions(group)}-D device mesh (HSDP or replication): shard over a 1-D mesh"
+            )
+        elif fsdp2.reshards_to_another_mesh(group):
             problems.append("reshard_after_forward as an int (a smaller mesh after the forward): use True or False")
-        tensor_parallel = [fsdp_param._param_fqn for fsdp_param in group.fsdp_params if fsdp_param.is_dtensor]
+        tensor_parallel = [fsdp2.parameter_name(param) for param in fsdp2.params(group) if fsdp2.was_dtensor(param)]
         if tensor_parallel:
             problems.append(f"tensor-parallel (DTensor) parameters {tensor_parallel[:5]} sharded again by fully_shard")
         extended = [
-            fsdp_param._param_fqn
-            for fsdp_param in group.fsdp_params
-            if hasattr(fsdp_param._sharded_local_tensor, "fsdp_pre_all_gather")
+            fsdp2.parameter_name(param) for param in fsdp2.params(group) if fsdp2.has_all_gather_extension(param)
         ]
         if extended:
             problems.append(f"all-gather extensions (fsdp_pre_all_gather) on {extended[:5]}")
