@@ -75,7 +75,7 @@ def _time_steps(step: Any, reference: DistributedDataParallel, batch: tuple[Any,
     """Medians of the compiled DDP step, eager DDP, and both under no_sync()."""
 
     def compiled_local() -> None:
-        with step.ddp.no_sync():
+        with step.distribution.ddp.no_sync():
             step(*batch)
 
     def eager_local() -> None:
@@ -95,7 +95,7 @@ def _row(budget: float, step: Any, times: list[float], exact: bool) -> Row:
         "budget": budget,
         "method": report.method,
         "planned_overhead": report.planned_extra_compute,
-        "buckets": len(step.reduction.buckets),
+        "buckets": len(step.distribution.reduction.buckets),
         "planned_peak": report.planned_peak,
         "measured_peak": report.measured_peak or 0,
         "compiled_ms": compiled * 1e3,

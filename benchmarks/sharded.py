@@ -17,7 +17,7 @@ runs one torch thread, and every configuration is a fresh FSDP2 copy of the same
 * ours, `checkmate.compile(method="optimal")` with each peer's measured per-rank peak as the budget in bytes (peaks
   within `--merge-within` share the smaller one), planned again with a lower budget, at most `--fit-iterations`
   times, while the meter reads over that peak; and ours at budget 1.0 (`checkpoint_all`, no recomputation), with
-  each unit's all-gather prefetched (the default) and not (`checkmate.sharded.layout.PREFETCH_GATHERS`).
+  each unit's all-gather prefetched (the default) and not (`checkmate.options.ShardedOptions`).
 
 One meter for all, on each rank: the bytes the rank holds at the start (its parameter shards, buffers and tokens;
 `.grad` is None) plus the CPU allocator's peak over a step above that (`allocator_peak`: profiler allocation events,
@@ -62,7 +62,7 @@ from torch.distributed.tensor import DTensor
 import checkmate
 from checkmate.execute.memory import storage_bytes
 from checkmate.files import write_file
-from checkmate.sharded import layout
+from checkmate.options import ShardedOptions
 from checkmate.torch_capture.allocator import allocator_peak
 from peers_tools import SAC_POLICIES
 from rows import Row, Stored, add_row_arguments, measure_or_load
@@ -243,16 +243,19 @@ def _mib(value: float | None) -> str:
     return "—" if value is None else f"{value / 2**20:.2f}"
 
 
-def compile_ours(setup: Setup, budget: float, args: argparse.Namespace) -> Config:
-    """`checkmate.compile` of a fresh FSDP2 copy at `budget` (bytes, or 1.0: no recomputation); not yet called."""
+def compile_ours(
+    setup: Setup, budget: float, args: argparse.Namespace, options: ShardedOptions | None = None
+) -> Config:
+    """`checkmate.compile` of a fresh FSDP2 copy at `budget` (bytes, or 1.0: no recomputation), placing its units'
+    calls as `options` say; not yet called."""
     base, loss_fn, batch = setup
     model = sharded(base)
-    method, options = ("checkpoint_all", {}) if budget == 1.0 else ("optimal", {"time_limit": args.time_limit})
+    method, solve_options = ("checkpoint_all", {}) if budget == 1.0 else ("optimal", {"time_limit": args.time_limit})
     name = "ours, budget 1.0 (no recomputation)" if budget == 1.0 else f"ours at {_mib(budget)} MiB"
     try:
         step = checkmate.compile(
             model, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, cache=False,
-            measure_memory="never", **options,
+            measure_memory="never", sharded=options, **solve_options,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
         return Config("ours", name, model, lambda: None, note=_describe_failure(error))
@@ -336,9 +339,8 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         ours = fit_ours((base, loss_fn, batch), level_bytes, reference, args)
         matched |= {id(config): ours for config in configs}
     full = compile_ours((base, loss_fn, batch), 1.0, args)
-    layout.PREFETCH_GATHERS = False  # the same plan with each all-gather where it is waited for: what prefetching buys
-    serial = compile_ours((base, loss_fn, batch), 1.0, args)
-    layout.PREFETCH_GATHERS = True
+    # the same plan with each all-gather where it is waited for: what prefetching buys
+    serial = compile_ours((base, loss_fn, batch), 1.0, args, ShardedOptions(prefetch_gathers=False))
     serial.name = "ours, budget 1.0, all-gathers not prefetched"
     for config in (full, serial):
         if not config.note:

@@ -11,7 +11,7 @@ Face's GPT-2, `fully_shard` on each block and on the root) in three layouts: eve
 (FSDP2's default), every block but the last (torchtitan's layout) and none. Each layout runs eager FSDP2 and ours
 (`checkmate.compile` at budget 1.0, no recomputation: the step follows each unit's `reshard_after_forward`), with
 the meter and the interleaved timing of `benchmarks/sharded.py`; in FSDP2's default layout, ours also with its holds
-turned off (`checkmate.sharded.holds.HOLD_GATHERED`), and ours with a budget in bytes of ours' planned peak with no
+turned off (`checkmate.options.ShardedOptions`), and ours with a budget in bytes of ours' planned peak with no
 block freed: the memory that lets the step hold every block, and what that buys. Beside them, the price of the
 communication that a hold saves: the median time of an all-gather of one block's parameters on the process group
 (`all_gather_into_tensor`, `--gathers` calls), the slower rank's.
@@ -38,7 +38,7 @@ from torch.distributed.fsdp import fully_shard
 
 import checkmate
 from checkmate.files import write_file
-from checkmate.sharded import holds
+from checkmate.options import ShardedOptions
 from rows import Row, Stored, add_row_arguments, measure_or_load
 from sharded import (
     MODEL,
@@ -86,16 +86,14 @@ def configs(setup: Setup, held: frozenset[int], layout: str) -> list[Config]:
 
 def _ours(tool: str, setup: Setup, held: frozenset[int], layout: str, budget: float = 1.0) -> Config:
     """Ours at `budget` (1.0: the peak without recomputation in FSDP2's layout). "ours, holds off" places its
-    schedule with `HOLD_GATHERED` off; its report would place it again with the holds, so it is not kept."""
+    schedule with `ShardedOptions.hold_gathered` off."""
     base, loss_fn, batch = setup
     model = sharded(base, held)
-    holds.HOLD_GATHERED = tool != "ours, holds off"
-    try:
-        step = checkmate.compile(
-            model, loss_fn, batch, budget=budget, method="checkpoint_all", cache=False, measure_memory="never"
-        )
-    finally:
-        holds.HOLD_GATHERED = True
+    options = ShardedOptions(hold_gathered=tool != "ours, holds off")
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=budget, method="checkpoint_all", cache=False, measure_memory="never",
+        sharded=options,
+    )  # fmt: skip
     return Config(tool, layout, model, lambda: step(*batch), step=None if tool == "ours, holds off" else step)
 
 

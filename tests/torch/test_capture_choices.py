@@ -1,4 +1,4 @@
-"""Which captures a compiled step plans, in which order (`checkmate.training.executors.capture_choices`).
+"""Which captures a compiled step plans, in which order (`checkmate.executors`: `Executor.capture_choices`).
 
 The end-to-end oracles (gradients against eager, the allocator within the plan, the leaner capture used only below
 the first capture's floor) are in test_inductor.py and test_lean_backward.py.
@@ -13,8 +13,8 @@ import pytest
 from torch import nn
 
 from checkmate import zoo
+from checkmate.executors import executor_named
 from checkmate.training.capture_options import CaptureOptions
-from checkmate.training.executors import capture_choices, capture_options
 
 
 def _convolutional() -> nn.Module:
@@ -43,7 +43,7 @@ def test_captures_are_tried_fastest_first(
     model: Callable[[], nn.Module],
     expected: list[tuple[bool, bool]],
 ) -> None:
-    choices = capture_choices(executor, channels_last, model())
+    choices = executor_named(executor).capture_choices(channels_last, model())
     assert [(choice.channels_last, choice.lean_backward) for choice in choices] == expected
 
 
@@ -58,7 +58,7 @@ def test_captures_are_tried_fastest_first(
 def test_each_executor_captures_with_its_options(executor: str, cost_model: str, expected: CaptureOptions) -> None:
     """The Inductor executor captures fused ops and prices them itself (FLOPs in capture when it profiles); each
     choice keeps the executor's options and sets only whether the backward is the leaner one."""
-    options = capture_options(executor, cost_model, max_nodes=64, gradient_memory="when_made")
+    options = executor_named(executor).capture_options(cost_model, max_nodes=64, gradient_memory="when_made")
     assert options == expected
-    for choice in capture_choices(executor, None, _dense()):
+    for choice in executor_named(executor).capture_choices(None, _dense()):
         assert choice.options(options) == dataclasses.replace(expected, lean_backward=choice.lean_backward)

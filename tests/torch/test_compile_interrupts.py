@@ -16,10 +16,9 @@ import torch
 from torch import nn
 
 import checkmate
+from checkmate.executors import CaptureChoice, EagerExecutor
 from checkmate.progress import Progress
 from checkmate.simulate import simulate
-from checkmate.training import planning
-from checkmate.training.executors import CaptureChoice
 from checkmate.training.plan_cache import cache_directory
 
 
@@ -50,7 +49,7 @@ def test_ctrl_c_during_compile_s_search_returns_the_best_plan_within_a_second_ca
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
     # Two captures to plan, as the Inductor executor has: the second is not planned once Ctrl-C stopped the first.
     layout = CaptureChoice(False, False, "the model's layout")
-    monkeypatch.setattr(planning, "capture_choices", lambda *_: (layout, layout))
+    monkeypatch.setattr(EagerExecutor, "capture_choices", lambda *_: (layout, layout))
     torch.manual_seed(0)
     model = RandomSkips(50)
     sent: list[float] = []

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 import checkmate
 from checkmate import zoo
-from checkmate.data_parallel import DataParallelStep, assign_buckets
+from checkmate.data_parallel import DataParallel, assign_buckets
 from checkmate.errors import CaptureError, DataParallelError, RankFailed
+from checkmate.training.compiled import CompiledStep
 
 WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=120)
@@ -46,7 +47,7 @@ class UnusedHead(nn.Module):
 
 
 def _assert_same(
-    step: DataParallelStep, reference: nn.Module, loss: torch.Tensor, measured: int, expected: torch.Tensor
+    step: CompiledStep, reference: nn.Module, loss: torch.Tensor, measured: int, expected: torch.Tensor
 ) -> None:
     context = f"rank {dist.get_rank()}"
     assert torch.equal(loss, expected.detach()), f"{context}: loss {loss.item()} != {expected.item()}"
@@ -61,7 +62,7 @@ def _assert_same(
     assert measured <= planned, f"{context}: the allocator held {measured} bytes, above the plan's {planned}"
 
 
-def _train(step: DataParallelStep, reference: DistributedDataParallel, make_batch: Callable[[int], Any]) -> None:
+def _train(step: CompiledStep, reference: DistributedDataParallel, make_batch: Callable[[int], Any]) -> None:
     """Five steps against eager DDP: from no `.grad`; after an SGD update and zero_grad; accumulating into the
     reduced `.grad`; accumulating locally under no_sync(); and the synchronised step after it."""
     optimizers = [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) for model in (step.model, reference)]
@@ -79,7 +80,8 @@ def _train(step: DataParallelStep, reference: DistributedDataParallel, make_batc
         optimizer.zero_grad()
     one_step(2)
     one_step(3)
-    with step.ddp.no_sync(), reference.no_sync():
+    assert isinstance(step.distribution, DataParallel)
+    with step.distribution.ddp.no_sync(), reference.no_sync():
         one_step(4)
     one_step(5)
 
@@ -95,10 +97,10 @@ def _resnet_below_its_peak() -> None:
 
     options: dict[str, Any] = {"cost_model": "profile", "cache": False, "measure_memory": "never"}
     step = checkmate.compile(ddp, loss_fn, make_batch(0), budget=0.8, method="chen_greedy", **options)
-    assert isinstance(step, DataParallelStep)
+    assert isinstance(step.distribution, DataParallel)
     assert step.plan.R.sum() > step.graph.size, "a tight budget must make the plan recompute"
-    assert len(step.reduction.buckets) > 1, "a small bucket_cap_mb must make several buckets"
-    assert step.graph.fixed_memory >= step.reduction.bucket_bytes
+    assert len(step.distribution.reduction.buckets) > 1, "a small bucket_cap_mb must make several buckets"
+    assert step.graph.fixed_memory >= step.distribution.reduction.bucket_bytes
     _train(step, reference, make_batch)
 
 
@@ -118,11 +120,12 @@ def _unused_and_ignored_parameters() -> None:
 
     options: dict[str, Any] = {"cost_model": "profile", "cache": False, "measure_memory": "never"}
     step = checkmate.compile(ddp, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **options)
-    assert isinstance(step, DataParallelStep)
+    assert isinstance(step.distribution, DataParallel)
     single_process = checkmate.capture(model, loss_fn, make_batch(0), cost_model="unit")
     synced = [buffer for name, buffer in model.named_buffers() if name != "body.1.running_var"]  # broadcast copies
     broadcast = sum(buffer.numel() * buffer.element_size() for buffer in synced)
-    assert step.graph.fixed_memory == single_process.graph.fixed_memory + step.reduction.bucket_bytes + broadcast
+    buckets = step.distribution.reduction.bucket_bytes
+    assert step.graph.fixed_memory == single_process.graph.fixed_memory + buckets + broadcast
     _train(step, reference, make_batch)
     assert model.unused.weight.grad is None
 

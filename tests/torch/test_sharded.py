@@ -30,12 +30,13 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 import checkmate
 from checkmate.errors import RankFailed, ShardedTrainingError
 from checkmate.execute.memory import storage_bytes
-from checkmate.sharded import ShardedStep
+from checkmate.sharded import Sharded
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.sharded.units import shard_bytes_held
 from checkmate.simulate import Compute, Free
 from checkmate.torch_capture.allocator import allocator_peak
+from checkmate.training.compiled import CompiledStep
 
 WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=60)
@@ -99,12 +100,13 @@ def _assert_same_shards(model: nn.Module, reference: nn.Module, context: str) ->
             assert torch.equal(got.grad.to_local(), want.grad.to_local()), f"{context}: {name}'s gradient shard differs"
 
 
-def _assert_same_unsharded_gradients(step: ShardedStep, reference: nn.Module, context: str) -> None:
+def _assert_same_unsharded_gradients(step: CompiledStep, reference: nn.Module, context: str) -> None:
     """After a step without gradient sync, FSDP2 keeps each unit's gradients on its full parameters."""
-    references = [unit.module for unit in step.units]
+    assert isinstance(step.distribution, Sharded)
+    references = [unit.module for unit in step.distribution.units]
     mirrors = [module for module in reference.modules() if hasattr(module, "_get_fsdp_state")]
     assert len(references) == len(mirrors)
-    for unit, mirror in zip(step.units, mirrors, strict=True):
+    for unit, mirror in zip(step.distribution.units, mirrors, strict=True):
         for got, want in zip(
             unit.group.fsdp_params, mirror._get_fsdp_state()._fsdp_param_groups[0].fsdp_params, strict=True
         ):
@@ -114,7 +116,7 @@ def _assert_same_unsharded_gradients(step: ShardedStep, reference: nn.Module, co
                 assert torch.equal(got_gradient, want_gradient), f"{context}: {got._param_fqn} unsharded gradient"
 
 
-def _train(step: ShardedStep, reference: nn.Module, make: Callable[[int], Any]) -> None:
+def _train(step: CompiledStep, reference: nn.Module, make: Callable[[int], Any]) -> None:
     """Three steps with an Adam update between them, then one that accumulates without gradient sync and the
     synchronised step after it."""
     optimizers = [torch.optim.Adam(model.parameters(), lr=0.01) for model in (step.model, reference)]
@@ -148,11 +150,11 @@ OPTIONS: dict[str, Any] = {"cost_model": "flops", "cache": False, "measure_memor
 def _full_budget() -> None:
     model, reference = _pair()
     step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
-    assert isinstance(step, ShardedStep)
-    assert [unit.reshard_after_forward for unit in step.units] == [False, True, True]
+    assert isinstance(step.distribution, Sharded)
+    assert [unit.reshard_after_forward for unit in step.distribution.units] == [False, True, True]
     full = sum(parameter.numel() * 4 for parameter in TinyTransformer().parameters())
     single = checkmate.capture(TinyTransformer(), loss_fn, make_batch(0), cost_model="unit")
-    shards = shard_bytes_held(step.units)
+    shards = shard_bytes_held(step.distribution.units)
     assert shards <= 0.6 * 2 * full, "each rank holds about half of the parameters and gradients"
     assert step.graph.fixed_memory == single.graph.fixed_memory - 2 * full + shards, "the plan holds shards only"
     _train(step, reference, make_batch)
@@ -160,12 +162,14 @@ def _full_budget() -> None:
 
 def _regathers_where_holds_do_not_fit() -> None:
     """Four blocks on the small batch, where the units' parameters outweigh the activations: at budget 1.0 the step
-    holds the last blocks from their forward to their backward (`ShardedStep.held_units`), and gathers the first
+    holds the last blocks from their forward to their backward (`Sharded.held_units`), and gathers the first
     ones again as FSDP2 does; the same five steps, bit for bit, and the allocator's peak within the plan's."""
     model, reference = _pair(blocks=4)
     step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
-    blocks = [unit for unit, each in enumerate(step.units) if each.reshard_after_forward]
-    assert 0 < len(step.held_units) < len(blocks), f"held {step.held_units} of the blocks {blocks}"
+    assert isinstance(step.distribution, Sharded)
+    blocks = [unit for unit, each in enumerate(step.distribution.units) if each.reshard_after_forward]
+    held = step.distribution.held_units(step.compiled)
+    assert 0 < len(held) < len(blocks), f"held {held} of the blocks {blocks}"
     _train(step, reference, make_batch)
     model.zero_grad(set_to_none=True)
     batch = make_batch(5)

@@ -7,8 +7,6 @@
     step = checkmate.compile(model, loss_fn, batch, budget=0.5)     # every rank calls, with batches of one shape
     loss = step(*batch); optimizer.step(); optimizer.zero_grad()
 
-What is built (the first part of issue 21):
-
 * Capture and plan (`checkmate.sharded.planning`). The step is captured on the unsharded model (every unit gathered
   once at compile time), so the plan's graph is the op graph of a single-process step. Every rank plans; rank 0's
   plan is broadcast and run on every rank (`checkmate.sharded.agreement`), after checking that every rank captured
@@ -34,8 +32,9 @@ What is built (the first part of issue 21):
 Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). A unit FSDP2 would
 gather twice is held from its forward to its backward where the budget has room (`checkmate.sharded.holds`).
 Reduce-scatters run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after
-them as in eager FSDP2; on CPU synchronous, as in eager FSDP2. Not built yet (issue 21): a hold bought with
-recomputation (priced in communication); the Inductor executor; `gradient_memory="when_made"`.
+them as in eager FSDP2; on CPU synchronous, as in eager FSDP2. The units' calls are a schedule pass placed before the
+executor's (`UnitCalls`, `checkmate.execute.passes`): with the Inductor executor, fused runs lie between them. Not
+built yet: a hold bought with recomputation (priced in communication); `gradient_memory="when_made"`.
 Refused with ShardedTrainingError: CPU offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters,
 all-gather extensions, several parameter groups per unit, a root that is not sharded, and uneven inputs (another
 batch shape on some rank). A new batch shape is planned again on every rank together: every rank must meet it in
@@ -47,39 +46,43 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.errors import ShardedTrainingError
 from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
-from checkmate.plan import Plan
+from checkmate.execute.passes import Lowering, PassOrder, with_steps
+from checkmate.options import ShardedOptions
 from checkmate.sharded.gradients import ShardedGradients
 from checkmate.sharded.holds import hold_gathered, kept_gathered
 from checkmate.sharded.layout import UnitLayout, unit_layout
-from checkmate.sharded.memory import sharded_peak
+from checkmate.sharded.memory import held_at_computes, sharded_peak
 from checkmate.sharded.planning import plan_sharded
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
-from checkmate.sharded.units import Unit, check_root, check_supported, initialize, units_of
-from checkmate.simulate import Schedule, Step, lower
+from checkmate.sharded.units import Unit, check_root, check_supported, initialize, sharding_fixed_memory, units_of
+from checkmate.simulate import Schedule, lower
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.compiled import CompiledStep, PlanKey
-from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
+from checkmate.training.compiled import CompiledStep
+from checkmate.training.distribution import PlannedMemory
+from checkmate.training.planning import Compiled, Settings, signature_of
 from checkmate.training.ranks import on_every_rank
-from checkmate.training.step_report import StepReport
-from checkmate.units import format_bytes, resolve_budget
+from checkmate.units import resolve_budget
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ShardedStep", "compile_sharded"]
+__all__ = ["Sharded", "UnitCalls", "compile_sharded"]
 
 
-def compile_sharded(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> ShardedStep:
+def compile_sharded(
+    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, options: ShardedOptions
+) -> CompiledStep:
     """Plan the step of an FSDP2 model on every rank and return the step that runs rank 0's plan with FSDP2's
     gathers and reductions.
 
@@ -94,7 +97,7 @@ def compile_sharded(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any
     units = units_of(model)
     if not units:
         raise ShardedTrainingError("the sharded model has no parameters to shard: compile it without fully_shard")
-    group = units[0].group.mesh_info.shard_process_group
+    group = fsdp2.shard_process_group(units[0].group)
 
     def check() -> None:
         check_supported(model)
@@ -103,71 +106,144 @@ def compile_sharded(model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any
                 "gradient_memory='when_made' is not supported for a sharded model yet: use 'whole_step' (the default)"
             )
 
-    on_every_rank(check, group, units[0].group.device, what="checking the sharded model")
-    planned = plan_sharded(model, units, loss_fn, batch, settings, group)
-    return ShardedStep(model, loss_fn, settings, {signature_of(batch): planned}, units=units, group=group)
+    on_every_rank(check, group, fsdp2.device(units[0].group), what="checking the sharded model")
+    distribution = Sharded(model, units, group, options)
+    compiled = distribution.plan(loss_fn, batch, settings)
+    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, distribution)
 
 
-class ShardedStep(CompiledStep):
-    """A compiled step of an FSDP2 model: the plan's step, with each unit gathered, freed and reduced as FSDP2 does.
+@dataclass(frozen=True)
+class UnitPlacement:
+    """What places the units' calls in a schedule of one capture (one batch shape).
+
+    Attributes:
+        layout: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
+        no_remat_peak: the sharded peak of the step without recomputation, in FSDP2's layout.
+        budget: the budget in bytes (a fraction is of `no_remat_peak`).
+        hold_gathered: hold units from forward to backward where the budget has room (`ShardedOptions`).
+    """
+
+    layout: UnitLayout
+    no_remat_peak: int
+    budget: int
+    hold_gathered: bool
+
+    def use(self, schedule: Schedule) -> UnitUse:
+        """The units' use in `schedule`: FSDP2's, with the units held from forward to backward that fit the
+        budget (`checkmate.sharded.holds`)."""
+        if not self.hold_gathered:
+            return self.layout.use
+        return hold_gathered(schedule, self.layout.use, self.layout.sizes, self.budget)
+
+    def peak(self, schedule: Schedule) -> int:
+        """The per-rank peak of `schedule` with the units' calls placed (`checkmate.sharded.memory.sharded_peak`)."""
+        return sharded_peak(schedule, self.use(schedule), self.layout.sizes)
+
+
+@dataclass(frozen=True)
+class UnitCalls:
+    """The sharded step's schedule pass (`checkmate.execute.passes`, order PLACE): each unit's gather, free,
+    prefetch and reduce placed among the steps, each a `Call` of `act`; and what the units hold at each compute step,
+    so that an executor's fused runs stay within the sharded peak.
+
+    Attributes:
+        placement: the units of this capture.
+        names: each unit's module name, for the generated source.
+        act: runs one unit call.
+    """
+
+    placement: UnitPlacement
+    names: tuple[str, ...]
+    act: Callable[[UnitCall], None] = field(compare=False)
+    order: PassOrder = PassOrder.PLACE
+
+    def __call__(self, lowering: Lowering) -> Lowering:
+        schedule = lowering.schedule
+        use = self.placement.use(schedule)
+        sizes = self.placement.layout.sizes
+        steps = tuple(
+            Call(f"{step.action.value} unit {step.unit} ({self.names[step.unit]!r})", functools.partial(self.act, step))
+            if isinstance(step, UnitCall)
+            else step
+            for step in place_unit_calls(lowering.steps, use)
+        )
+        held = tuple(
+            before + units for before, units in zip(lowering.held, held_at_computes(schedule, use, sizes), strict=True)
+        )
+        return dataclasses.replace(
+            with_steps(lowering, steps), held=held, peak=max(lowering.peak, sharded_peak(schedule, use, sizes))
+        )
+
+
+class Sharded:
+    """FSDP2 as the distribution of a compiled step (`checkmate.training.distribution`): the plan's step, with each
+    unit gathered, freed and reduced as FSDP2 does.
 
     Every rank must run the same plan: call `use_plan` and `load_plan` on every rank with the same plan, and give
     every rank a batch of a new shape in the same call.
 
     Attributes:
+        model: the sharded model given to `compile`.
         units: the model's FSDP2 units, in module order.
         group: the process group the units shard over.
+        options: how the units' calls are placed.
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        loss_fn: LossFunction,
-        settings: Settings,
-        compiled: dict[BatchSignature, Compiled],
-        *,
-        units: tuple[Unit, ...],
-        group: Any,
-    ) -> None:
+    plans_alone = False  # every rank plans a new shape together, and runs rank 0's plan
+    description = "the sharded step"
+
+    def __init__(self, model: nn.Module, units: tuple[Unit, ...], group: Any, options: ShardedOptions) -> None:
+        self.model = model
         self.units = units
         self.group = group
+        self.options = options
+        self.fixed_memory = sharding_fixed_memory(units)
         self._gradients: ShardedGradients | None = None
         self._prefetched: dict[int, Any] = {}  # unit: FSDP2's UnshardHandle of an all-gather started early
-        self._placements: dict[int, _Placement] = {}  # by id of the program they were made for
-        super().__init__(
-            model, loss_fn, settings, {key: self._with_units(value, settings) for key, value in compiled.items()}
-        )
 
-    def _with_units(self, planned: Compiled, settings: Settings) -> Compiled:
-        """`planned` with its schedule's steps and the units' calls placed among them, as one step function."""
-        layout = unit_layout(planned.captured, self.units)
-        no_remat = lower(planned.captured.graph, planned.no_remat.R, planned.no_remat.S)
+    @property
+    def module(self) -> nn.Module:
+        return self.model
+
+    def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
+        """`batch`'s step planned on every rank (a collective call), with the units' calls placed."""
+        planned = plan_sharded(
+            self.model,
+            self.units,
+            loss_fn,
+            batch,
+            settings,
+            self.group,
+            prefetch_gathers=self.options.prefetch_gathers,
+        )
+        return self.adapt(planned)
+
+    def adapt(self, compiled: Compiled) -> Compiled:
+        """`compiled` with the units' calls as a pass of its program, its step function generated now (not inside a
+        metered step)."""
+        layout = unit_layout(compiled.captured, self.units, prefetch_gathers=self.options.prefetch_gathers)
+        no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
         no_remat_peak = sharded_peak(no_remat, layout.use, layout.sizes)
-        placement = _Placement(layout, no_remat_peak, resolve_budget(settings.budget, no_remat_peak))
-        program = dataclasses.replace(
-            planned.program, fuse=functools.partial(self._placed_steps, placement), step_functions={}
-        )
-        self._placements[id(program)] = placement
-        program.step_function(planned.schedule)  # generated now, not inside a metered step
-        return dataclasses.replace(planned, program=program)
+        budget = resolve_budget(compiled.plan.budget or 1.0, no_remat_peak)
+        placement = UnitPlacement(layout, no_remat_peak, budget, self.options.hold_gathered)
+        names = tuple(unit.name for unit in self.units)
+        program = compiled.program.with_passes(UnitCalls(placement, names, self._act))
+        program.step_function(compiled.schedule)
+        return dataclasses.replace(compiled, program=program)
 
-    def _replan(self, batch: Sequence[Any], signature: PlanKey) -> Compiled:
-        if not self._settings.replan:
-            return super()._replan(batch, signature)
-        change = self._what_changed(signature)
-        log.info("%s: capturing and planning again on every rank", change)
-        planned = self._plan_shape(batch, change)
-        self._compiled[signature] = planned
-        return planned
+    def before_step(self) -> None:
+        return None
 
-    def _plan_shape(self, batch: Sequence[Any], change: str) -> Compiled:
-        """`batch`'s step planned on every rank (a collective call), with the units' calls placed; `change` says
-        what is new (the log on each rank said it already)."""
-        return self._with_units(
-            plan_sharded(self.model, self.units, self.loss_fn, batch, self._settings, self.group), self._settings
-        )
+    def parameters(self, compiled: Compiled) -> list[torch.Tensor]:
+        """The full parameters, whatever their storage holds when the step starts (a gather fills it)."""
+        return list(_placement(compiled).layout.parameters)
 
-    def _baseline(self, leaves: list[Any]) -> list[torch.Tensor]:
+    def gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
+        """Each unit's gradients, reduce-scattered into the sharded `.grad`s by its REDUCE call."""
+        self._gradients = ShardedGradients(parameters, _placement(compiled).layout.unit_of, self.units)
+        return self._gradients
+
+    def baseline(self, leaves: Sequence[Any]) -> list[torch.Tensor]:
         """What a metered call starts with that the plan counts: this rank's parameter and gradient shards (their
         local tensors), the buffers and the batch."""
         parameters = list(self.model.parameters())
@@ -175,57 +251,19 @@ class ShardedStep(CompiledStep):
         tensors += [_local(parameter.grad) for parameter in parameters if parameter.grad is not None]
         return [*tensors, *self.model.buffers(), *(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))]
 
-    def _check_measured_peak(self, measured: int, plan: Plan, device: torch.device) -> None:
-        """Warn when a metered call held more than the sharded step's planned peak (`sharded_peak`)."""
-        planned = self.report().planned_peak
-        if measured > planned:
-            log.warning(
-                "the sharded step's measured peak %s is above its planned %s by %s (the memory model of "
-                "checkmate.sharded missed something here; please report the model)",
-                format_bytes(measured),
-                format_bytes(planned),
-                format_bytes(measured - planned),
-            )
+    def memory(self, compiled: Compiled) -> PlannedMemory:
+        """This rank's sharded figures: the peaks and the budget count the gathered parameters, the unsharded
+        gradients and FSDP2's reduce buffers (`checkmate.sharded.memory`)."""
+        placement = _placement(compiled)
+        return PlannedMemory(placement.no_remat_peak, placement.budget, placement.peak(compiled.schedule))
 
-    def report(self) -> StepReport:
-        """The single-process report with this rank's sharded figures: the peaks and the budget count the gathered
-        parameters, the unsharded gradients and FSDP2's reduce buffers (`checkmate.sharded.memory`)."""
-        report = super().report()
-        compiled = self._compiled[self._current]
-        placement = self._placements[id(compiled.program)]
-        layout = placement.layout
-        return dataclasses.replace(
-            report,
-            no_remat_peak=placement.no_remat_peak,
-            budget=placement.budget,
-            planned_peak=sharded_peak(compiled.schedule, placement.use(compiled.schedule), layout.sizes),
-        )
-
-    @property
-    def held_units(self) -> tuple[int, ...]:
-        """The units (indices into `units`) that FSDP2 would free after their forward and the current plan's step
-        keeps gathered until their backward instead, since the budget has room for them (`checkmate.sharded.holds`):
+    def held_units(self, compiled: Compiled) -> tuple[int, ...]:
+        """The units (indices into `units`) that FSDP2 would free after their forward and `compiled`'s step keeps
+        gathered until their backward instead, since the budget has room for them (`checkmate.sharded.holds`):
         one all-gather fewer each, per step."""
-        compiled = self._compiled[self._current]
-        placement = self._placements[id(compiled.program)]
+        placement = _placement(compiled)
         freed = placement.layout.use.reshard_after_forward
         return tuple(unit for unit in kept_gathered(placement.use(compiled.schedule)) if freed[unit])
-
-    def _parameters(self, compiled: Compiled) -> list[torch.Tensor]:
-        return list(self._placements[id(compiled.program)].layout.parameters)
-
-    def _gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
-        unit_of = self._placements[id(compiled.program)].layout.unit_of
-        self._gradients = ShardedGradients(parameters, unit_of, self.units)
-        return self._gradients
-
-    def _placed_steps(self, placement: _Placement, schedule: Schedule) -> tuple[Step | Call, ...]:
-        return tuple(
-            Call(f"{step.action} unit {step.unit} ({self.units[step.unit].name!r})", functools.partial(self._act, step))
-            if isinstance(step, UnitCall)
-            else step
-            for step in place_unit_calls(schedule.steps, placement.use(schedule))
-        )
 
     def _act(self, call: UnitCall) -> None:
         unit = self.units[call.unit]
@@ -244,24 +282,12 @@ class ShardedStep(CompiledStep):
             self._gradients.reduce(call.unit)
 
 
-@dataclass(frozen=True)
-class _Placement:
-    """What places the units' calls in a schedule of one capture.
-
-    Attributes:
-        layout: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
-        no_remat_peak: the sharded peak of the step without recomputation, in FSDP2's layout.
-        budget: the budget in bytes (a fraction is of `no_remat_peak`).
-    """
-
-    layout: UnitLayout
-    no_remat_peak: int
-    budget: int
-
-    def use(self, schedule: Schedule) -> UnitUse:
-        """The units' use in `schedule`: FSDP2's, with the units held from forward to backward that fit the
-        budget (`checkmate.sharded.holds`)."""
-        return hold_gathered(schedule, self.layout.use, self.layout.sizes, self.budget)
+def _placement(compiled: Compiled) -> UnitPlacement:
+    """The unit placement of `compiled`'s capture, held by its program's `UnitCalls` pass."""
+    for schedule_pass in compiled.program.passes:
+        if isinstance(schedule_pass, UnitCalls):
+            return schedule_pass.placement
+    raise ShardedTrainingError("this planned step has no units' calls: it was not planned by checkmate.sharded")
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -24,17 +24,10 @@ from checkmate.simulate import Schedule, Step
 
 log = logging.getLogger(__name__)
 
-# Hold units where the budget has room; False: free and gather again wherever FSDP2's setting says so (for measuring
-# what the holds buy: `benchmarks/sharded_regather.py`). Read when a step's schedule is placed.
-HOLD_GATHERED = True
-
-
 def hold_gathered(schedule: Schedule, use: UnitUse, sizes: UnitBytes, budget: int) -> UnitUse:
     """`use` with `reshard_after_forward` off for each unit held from its forward to its backward (see the module
     doc): units are held while the sharded peak of `schedule` stays within `budget` bytes, tried greedily from the
     shortest hold, and those refused tried again after each pass that held one."""
-    if not HOLD_GATHERED:
-        return use
     waiting = _candidates(schedule.steps, use)
     while waiting:  # a hold can make room for one refused before (no gather again, no transient), so pass again
         refused = []

@@ -25,10 +25,6 @@ from checkmate.sharded.units import Unit
 
 log = logging.getLogger(__name__)
 
-# Start each unit's all-gather early, as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`).
-PREFETCH_GATHERS = True
-
-
 @dataclass(frozen=True)
 class UnitLayout:
     """A captured step's parameters among the units.
@@ -46,8 +42,9 @@ class UnitLayout:
     sizes: UnitBytes
 
 
-def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
-    """The layout of `captured`'s parameters among `units`.
+def unit_layout(captured: Captured, units: Sequence[Unit], *, prefetch_gathers: bool) -> UnitLayout:
+    """The layout of `captured`'s parameters among `units`; `prefetch_gathers` starts each unit's all-gather early,
+    as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`).
 
     Raises:
         ShardedTrainingError: a captured parameter belongs to no unit (the root is not sharded).
@@ -67,7 +64,7 @@ def unit_layout(captured: Captured, units: Sequence[Unit]) -> UnitLayout:
     parameters = tuple(fsdp2.unsharded_parameter(place[name][1]) for name in names)
     use = dataclasses.replace(
         unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units)),
-        prefetch_gathers=PREFETCH_GATHERS,
+        prefetch_gathers=prefetch_gathers,
     )
     return UnitLayout(parameters, unit_of, use, _sizes(captured, units, unit_of, parameters))
 

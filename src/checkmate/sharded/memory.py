@@ -31,6 +31,7 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
@@ -61,9 +62,23 @@ class UnitBytes:
     collectives_copy: bool
 
 
+class Moment(NamedTuple):
+    """One moment of the sharded step: after a compute step, or during a unit call."""
+
+    stage: int
+    graph: int  # the graph's own usage (`Schedule.usage`)
+    units: int  # what the units hold beside it
+    compute: bool  # after a compute step (else during a unit call)
+
+
 def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
     """Bytes in use at each moment of the sharded step: after each compute step and during each unit call."""
-    return tuple(graph_part + units for _, graph_part, units in _moments(schedule, use, sizes))
+    return tuple(moment.graph + moment.units for moment in _moments(schedule, use, sizes))
+
+
+def held_at_computes(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
+    """What the units hold beside the graph's usage at each compute step of `schedule`, in order."""
+    return tuple(moment.units for moment in _moments(schedule, use, sizes) if moment.compute)
 
 
 @dataclass(frozen=True)
@@ -90,14 +105,14 @@ def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMem
     """The extras and peaks of each stage, from one replay of the sharded step."""
     stages = max((step.stage for step in schedule.steps), default=-1) + 1
     extras, peaks = [0] * stages, [0] * stages
-    for stage, graph_part, units in _moments(schedule, use, sizes):
+    for stage, graph_part, units, _ in _moments(schedule, use, sizes):
         extras[stage] = max(extras[stage], units)
         peaks[stage] = max(peaks[stage], graph_part + units)
     return StageMemory(tuple(extras), tuple(peaks))
 
 
-def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tuple[int, int, int]]:
-    """(stage, the graph's usage, what the units hold beside it) at each moment of the sharded step."""
+def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Moment]:
+    """Each moment of the sharded step, in order."""
     gathered = [False] * len(sizes.parameters)
     in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
@@ -115,7 +130,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tup
     for step in place_unit_calls(schedule.steps, use):
         if isinstance(step, Compute):
             before, stage = next(computes), step.stage
-            yield stage, before, held()  # the node's own gradients are in its workspace at this moment
+            yield Moment(stage, before, held(), True)  # the node's own gradients are in its workspace now
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
@@ -123,7 +138,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[tup
             prefetched = in_flight[step.unit]
             copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
             transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
-            yield stage, before, held() + transient + copy
+            yield Moment(stage, before, held() + transient + copy, False)
             copies.append(copy)
             if step.action == PREFETCH:
                 in_flight[step.unit] = True

@@ -8,7 +8,7 @@ the full model. Every unit is freed again afterwards.
 
 The capture counts the full parameters and their gradients in the fixed memory; the sharded step holds only this
 rank's shards of them (`Unit.shard_bytes`, `Unit.gradient_shard_bytes`), so the difference is taken out through the
-capture's `optimizer_state_bytes`.
+capture's fixed memory (`checkmate.sharded.units.sharding_fixed_memory`).
 
 The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
@@ -36,7 +36,7 @@ from checkmate.errors import InfeasibleBudget
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
 from checkmate.sharded.memory import stage_memory
-from checkmate.sharded.units import Unit, full_bytes, shard_bytes_held
+from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
 from checkmate.training.ranks import on_every_rank
@@ -46,9 +46,17 @@ log = logging.getLogger(__name__)
 
 
 def plan_sharded(
-    model: nn.Module, units: Sequence[Unit], loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, group: Any
+    model: nn.Module,
+    units: Sequence[Unit],
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    group: Any,
+    *,
+    prefetch_gathers: bool,
 ) -> Compiled:
-    """Capture and plan the step of the unsharded model on every rank, and run rank 0's plan everywhere.
+    """Capture and plan the step of the unsharded model on every rank, and run rank 0's plan everywhere;
+    `prefetch_gathers` says whether the step starts each unit's all-gather early (`checkmate.sharded.timeline`).
 
     A collective call: every rank of `group` must make it, with a batch of the same shapes.
 
@@ -60,17 +68,15 @@ def plan_sharded(
     with gathered(units):
         plain = fsdp2.plain_copy(model)
         held = shard_bytes_held(units)
-        full = full_bytes(parameter for unit in units for parameter in unit.parameters)
-        full += full_bytes(parameter for unit in units for parameter in unit.parameters if parameter.requires_grad)
-        capture = dataclasses.replace(settings.capture, optimizer_state_bytes=held - full)
+        change = sharding_fixed_memory(units)
         log.info(
             "sharded over %d units: %s of parameter and gradient shards in the fixed memory instead of %s",
             len(units),
             format_bytes(held),
-            format_bytes(full),
+            format_bytes(held - change),
         )
         compiled = on_every_rank(
-            lambda: _plan_within_budget(plain, units, loss_fn, batch, dataclasses.replace(settings, capture=capture)),
+            lambda: _plan_within_budget(plain, units, loss_fn, batch, settings, change, prefetch_gathers),
             group,
             device,
             what="planning the sharded step",
@@ -82,7 +88,13 @@ FIT_ROUNDS = 3
 
 
 def _plan_within_budget(
-    plain: nn.Module, units: Sequence[Unit], loss_fn: LossFunction, batch: Sequence[Any], settings: Settings
+    plain: nn.Module,
+    units: Sequence[Unit],
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    fixed_memory: int,
+    prefetch_gathers: bool,
 ) -> Compiled:
     """This rank's plan whose sharded peak fits the budget (see the module doc).
 
@@ -91,9 +103,13 @@ def _plan_within_budget(
     """
     planning_started = time.perf_counter()
     no_remat = plan_step(
-        plain, loss_fn, batch, dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={})
+        plain,
+        loss_fn,
+        batch,
+        dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={}),
+        fixed_memory=fixed_memory,
     )
-    layout = unit_layout(no_remat.captured, units)
+    layout = unit_layout(no_remat.captured, units, prefetch_gathers=prefetch_gathers)
     reference = stage_memory(no_remat.schedule, layout.use, layout.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras

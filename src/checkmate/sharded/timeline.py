@@ -28,19 +28,27 @@ Which units are freed after their forward is `UnitUse.reshard_after_forward`: FS
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from checkmate.simulate import Compute, Step
+from checkmate.execute.codegen import ScheduleItem
+from checkmate.simulate import Compute
 
 log = logging.getLogger(__name__)
 
-GATHER = "gather"
-FREE = "free"
-REDUCE = "reduce"
-PREFETCH = "prefetch"
+class UnitAction(enum.Enum):
+    """What a unit call does (see the module doc)."""
+
+    GATHER = "gather"
+    FREE = "free"
+    REDUCE = "reduce"
+    PREFETCH = "prefetch"
+
+
+GATHER, FREE, REDUCE, PREFETCH = UnitAction.GATHER, UnitAction.FREE, UnitAction.REDUCE, UnitAction.PREFETCH
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class UnitCall:
     """One action on one unit at its place in the schedule: GATHER, FREE, REDUCE or PREFETCH (a GATHER's
     all-gather started early; the GATHER then waits for it)."""
 
-    action: str
+    action: UnitAction
     unit: int
 
 
@@ -86,7 +94,7 @@ class UnitPositions:
     last: dict[int, int]
 
 
-def unit_positions(steps: Sequence[Step], use: UnitUse) -> UnitPositions:
+def unit_positions(steps: Sequence[ScheduleItem], use: UnitUse) -> UnitPositions:
     """Where `steps` read each unit's parameters and where each unit's last step is."""
     forward_reads: dict[int, list[int]] = {}
     backward_reads: dict[int, list[int]] = {}
@@ -104,7 +112,7 @@ def unit_positions(steps: Sequence[Step], use: UnitUse) -> UnitPositions:
     return UnitPositions(forward_reads, backward_reads, last)
 
 
-def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCall, ...]:
+def place_unit_calls(steps: Sequence[ScheduleItem], use: UnitUse) -> tuple[ScheduleItem, ...]:
     """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc)."""
     positions = unit_positions(steps, use)
     before: dict[int, list[UnitCall]] = {}
@@ -119,7 +127,7 @@ def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCa
         elif forward or backward:
             before.setdefault((forward or backward)[0], []).append(UnitCall(GATHER, unit))
         after.setdefault(positions.last[unit], []).append(UnitCall(REDUCE, unit))
-    placed: list[Step | UnitCall] = []
+    placed: list[ScheduleItem] = []
     for position, step in enumerate(steps):
         placed += before.get(position, [])
         placed.append(step)
@@ -127,7 +135,7 @@ def place_unit_calls(steps: Sequence[Step], use: UnitUse) -> tuple[Step | UnitCa
     return _with_prefetches(placed) if use.prefetch_gathers else tuple(placed)
 
 
-def _with_prefetches(placed: Sequence[Step | UnitCall]) -> tuple[Step | UnitCall, ...]:
+def _with_prefetches(placed: Sequence[ScheduleItem]) -> tuple[ScheduleItem, ...]:
     """`placed` with a PREFETCH of each GATHER's unit but the first's, right after the GATHER before it or after the
     unit's own last FREE or REDUCE before it, whichever is later."""
     calls = [(position, step) for position, step in enumerate(placed) if isinstance(step, UnitCall)]
@@ -140,7 +148,7 @@ def _with_prefetches(placed: Sequence[Step | UnitCall]) -> tuple[Step | UnitCall
             if previous < position < current and call.unit == gather.unit and call.action in (FREE, REDUCE)
         ]
         starts.setdefault(max([previous, *released]), []).append(UnitCall(PREFETCH, gather.unit))
-    with_prefetches: list[Step | UnitCall] = []
+    with_prefetches: list[ScheduleItem] = []
     for position, step in enumerate(placed):
         with_prefetches.append(step)
         with_prefetches += starts.get(position, [])

@@ -8,7 +8,7 @@ modules, which is the same on every rank, and `check_supported` refuses what the
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,14 @@ def _unit_problems(name: str, groups: Iterable[fsdp2.ParamGroup]) -> list[str]:
 def shard_bytes_held(units: Iterable[Unit]) -> int:
     """Bytes of parameter and gradient shards this rank holds through a step: the plan's fixed memory of them."""
     return sum(unit.shard_bytes + unit.gradient_shard_bytes for unit in units)
+
+
+def sharding_fixed_memory(units: Sequence[Unit]) -> int:
+    """What sharding changes in the fixed memory of a capture of the unsharded step, which counts the full parameters
+    and their gradients: this rank holds their shards instead (a negative number of bytes)."""
+    parameters = [parameter for unit in units for parameter in unit.parameters]
+    full = full_bytes(parameters) + full_bytes(parameter for parameter in parameters if parameter.requires_grad)
+    return shard_bytes_held(units) - full
 
 
 def full_bytes(tensors: Iterable[torch.Tensor]) -> int:

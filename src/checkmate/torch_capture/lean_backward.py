@@ -16,7 +16,8 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
 
 Applied by `capture(..., lean_backward=True)`, which the Inductor executor plans only when its other captures cannot
 meet the budget or must recompute to meet it, and runs only when its plan is cheaper
-(`checkmate.training.executors.capture_choices`): making the masks costs a pass over each ReLU's output.
+(`checkmate.executors.inductor.InductorExecutor.capture_choices`): making the masks costs a pass over each
+ReLU's output.
 """
 
 from __future__ import annotations
