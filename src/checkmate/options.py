@@ -1,7 +1,5 @@
-"""The choices a user makes, as types: each choice is a `Literal`, its values listed once, and checked in one place.
-
-    check_choice("cost_model", cost_model, CostModel)    # InvalidArgument naming the values it may take
-"""
+"""The choices a user makes, as types: each choice is a `Literal`, its values listed once, and checked in one place
+(`check_choice` raises InvalidArgument naming the values a choice may take)."""
 
 from __future__ import annotations
 

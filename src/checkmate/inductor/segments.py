@@ -108,9 +108,7 @@ def fused_steps(
     schedule = lowering.schedule
     positions = schedule_positions(lowering.steps)
     barriers = {
-        following
-        for placed, following in itertools.pairwise(positions)
-        if placed is None and following is not None
+        following for placed, following in itertools.pairwise(positions) if placed is None and following is not None
     }
     runs = [
         piece

@@ -24,6 +24,7 @@ from checkmate.simulate import Schedule, Step
 
 log = logging.getLogger(__name__)
 
+
 def hold_gathered(schedule: Schedule, use: UnitUse, sizes: UnitBytes, budget: int) -> UnitUse:
     """`use` with `reshard_after_forward` off for each unit held from its forward to its backward (see the module
     doc): units are held while the sharded peak of `schedule` stays within `budget` bytes, tried greedily from the

@@ -25,6 +25,7 @@ from checkmate.sharded.units import Unit
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class UnitLayout:
     """A captured step's parameters among the units.

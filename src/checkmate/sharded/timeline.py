@@ -39,6 +39,7 @@ from checkmate.simulate import Compute
 
 log = logging.getLogger(__name__)
 
+
 class UnitAction(enum.Enum):
     """What a unit call does (see the module doc)."""
 

@@ -47,6 +47,7 @@ from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
+
 class PlanKey(NamedTuple):
     """What a plan is kept by: the batch's signature and the guarded values its trace depended on."""
 
