@@ -36,7 +36,7 @@ from checkmate.solve import check_solve_options
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import SingleProcess
-from checkmate.training.planning import Settings, signature_of
+from checkmate.training.planning import Settings, plan_step, signature_of
 from checkmate.units import parse_budget
 
 
@@ -161,9 +161,8 @@ def compile(
         from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor take about 2 s to import
 
         return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())
-    distribution = SingleProcess(model)
-    compiled = distribution.plan(loss_fn, batch, settings)
-    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, distribution)
+    compiled = plan_step(model, loss_fn, batch, settings)
+    return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, SingleProcess(model))
 
 
 def _is_sharded(model: nn.Module) -> bool:

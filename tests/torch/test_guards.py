@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 
 import checkmate
 import checkmate.training.compiled
+import checkmate.training.distribution
 from checkmate import CaptureError, ExecutionError
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
@@ -75,13 +76,13 @@ def compare_steps(step: Any, reference: nn.Module, batch: tuple[Any, ...], *, se
 def plans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Counts the plans made after compile (each call of `plan_step` by a compiled step)."""
     made: list[int] = []
-    plan_step = checkmate.training.compiled.plan_step
+    plan_step = checkmate.training.distribution.plan_step
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         made.append(1)
         return plan_step(*args, **kwargs)
 
-    monkeypatch.setattr(checkmate.training.compiled, "plan_step", counted)
+    monkeypatch.setattr(checkmate.training.distribution, "plan_step", counted)
     yield made
 
 

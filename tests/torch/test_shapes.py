@@ -21,6 +21,7 @@ from torch import nn
 import checkmate
 import checkmate.torch_capture
 import checkmate.training.compiled
+import checkmate.training.distribution
 from checkmate import InfeasibleBudget, zoo
 from checkmate.units import resolve_budget
 
@@ -82,7 +83,7 @@ def test_smaller_last_batch_runs_the_first_plan_within_its_bytes(monkeypatch: py
     first = step.plan
     budget = resolve_budget(0.6, step.report().no_remat_peak)
     assert first.recomputes and first.budget == budget == step.report().budget
-    planned = counting(monkeypatch, checkmate.training.compiled, "plan_step")
+    planned = counting(monkeypatch, checkmate.training.distribution, "plan_step")
     profiled = counting(monkeypatch, checkmate.torch_capture, "profile_per_op")
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     for index, data in enumerate([batch, new_batch(256, 1), new_batch(256, 2), new_batch(100, 3)]):
@@ -139,7 +140,7 @@ def test_another_graph_structure_is_planned_for_itself(
     generator = torch.Generator().manual_seed(0)
     batch = (torch.randn(8, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))
     step = checkmate.compile(model, cross_entropy, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
-    planned = counting(monkeypatch, checkmate.training.compiled, "plan_step")
+    planned = counting(monkeypatch, checkmate.training.distribution, "plan_step")
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     with caplog.at_level(logging.INFO, logger="checkmate.training.compiled"):
         step_both(step, reference, optimizers, tuple(tensor[:4].clone() for tensor in batch), "batch of 4")
@@ -158,7 +159,7 @@ def test_improve_replaces_the_reused_plan(monkeypatch: pytest.MonkeyPatch) -> No
     step_both(step, reference, optimizers, small, "batch of 100, reused plan")
     reused = step.plan
     assert step.report().reused_from is not None and reused.recomputes
-    planned = counting(monkeypatch, checkmate.training.compiled, "plan_step")
+    planned = counting(monkeypatch, checkmate.training.distribution, "plan_step")
     improved = step.improve(*small)
     assert planned == [1]
     assert step.plan is improved and step.report().reused_from is None
