@@ -197,13 +197,18 @@ class Sharded:
         self.units = units
         self.group = group
         self.options = options
-        self.fixed_memory = sharding_fixed_memory(units)
         self._gradients: ShardedGradients | None = None
         self._prefetched: dict[int, Any] = {}  # unit: FSDP2's UnshardHandle of an all-gather started early
 
     @property
     def module(self) -> nn.Module:
         return self.model
+
+    @property
+    def fixed_memory(self) -> int:
+        """This rank's shards in place of the full parameters and gradients (`sharding_fixed_memory`; the full
+        parameters exist once FSDP2 has gathered them, as planning does)."""
+        return sharding_fixed_memory(self.units)
 
     def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
         """`batch`'s step planned on every rank (a collective call), with the units' calls placed."""
