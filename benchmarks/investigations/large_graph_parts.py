@@ -7,7 +7,8 @@ Rows (compute overhead over checkpoint_all, and seconds):
   to the full graph, then `hold_more`;
 * `swap_holds` on the best baseline after `hold_more` (`--swap-seconds`).
 
-    .venv/bin/python benchmarks/investigations/large_graph_parts.py [--graphs resnet50 gpt2] [--out]
+    .venv/bin/python benchmarks/investigations/large_graph_parts.py [--out] \
+        [--graphs resnet50 gpt2] [--coarse-seconds 60]
     .venv/bin/python benchmarks/investigations/large_graph_parts.py --from-json   # again from stored rows
 """
 

@@ -7,7 +7,8 @@ bound on extra compute over checkpoint_all: the retention MILP alone, with the i
 left), and the closure bound (`checkmate.bounds.closure`, at the 8 stages where memory is tightest), each with the
 time limit given, and the seconds each took. The search counts the larger of the last two.
 
-    .venv/bin/python benchmarks/investigations/retention_bounds.py [--graphs gpt2 bert] [--time-limit 60] --out
+    .venv/bin/python benchmarks/investigations/retention_bounds.py --out \
+        [--graphs gpt2 bert] [--fractions 0.6 0.8] [--time-limit 60]
     .venv/bin/python benchmarks/investigations/retention_bounds.py --from-json
 """
 
