@@ -72,7 +72,7 @@ from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import timing
-from peers_report import Row, render
+from peers_report import Row, ratio_summary, render
 from peers_tools import PEER_TOOLS, Candidate, Setting, Workload, prepare_model, workloads
 
 log = logging.getLogger("peers")
@@ -421,6 +421,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--from-json", nargs="+", help="render tables and plot from saved rows (several files: later models win)"
     )
+    parser.add_argument(
+        "--summary", action="store_true", help="with --from-json: only the table of ours against each peer tool"
+    )
     args = parser.parse_args(argv)
     if args.time_limit is None:
         args.time_limit = 10.0 if args.quick else 45.0
@@ -484,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger("checkmate").setLevel(logging.WARNING)
     if args.from_json:
         saved_rows, saved_info = read_rows(args.from_json)
-        print(render(saved_rows, saved_info, plot=args.plot))
+        print(ratio_summary(saved_rows) if args.summary else render(saved_rows, saved_info, plot=args.plot))
         return
     if args.cache_dir:
         os.environ["CHECKMATE_CACHE_DIR"] = args.cache_dir
