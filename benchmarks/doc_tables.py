@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
+from checkmate.files import write_file
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"<!-- (?P<kind>table|text): (?P<command>.+?) -->\n(?P<body>.*?)<!-- /(?P=kind) -->", re.DOTALL)
 
@@ -131,7 +133,7 @@ def rewrite(paths: Iterable[Path], runner: Runner = run_scripts) -> list[Path]:
     for path, text in texts.items():
         new_text = regenerate(text, printed)
         if new_text != text:
-            path.write_text(new_text)
+            write_file(path, new_text)
             changed.append(path)
     return changed
 
