@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import checkmate
+import timing
 from checkmate import zoo
 from checkmate.files import write_file
 from checkmate.units import format_bytes
@@ -43,19 +42,10 @@ WORLD_SIZE = 2
 
 def _interleaved_medians(functions: list[Callable[[], Any]], repeats: int) -> list[float]:
     """Median seconds of each function, called in turn after two warm-up rounds; the slowest rank's median."""
-    for _ in range(2):
-        for function in functions:
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(repeats):
-        for function, sink in zip(functions, times, strict=True):
-            dist.barrier()
-            started = time.perf_counter()
-            function()
-            sink.append(time.perf_counter() - started)
-    medians = torch.tensor([statistics.median(sink) for sink in times], dtype=torch.float64)
-    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
-    return medians.tolist()
+    medians = timing.interleaved_medians(functions, repeats, warmup_rounds=2, before_each=lambda _: dist.barrier())
+    slowest = torch.tensor(medians, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.tolist()
 
 
 def _check_gradients(step: Any, reference: DistributedDataParallel, batch: tuple[Any, ...]) -> bool:

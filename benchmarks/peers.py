@@ -71,7 +71,8 @@ from checkmate.files import write_file
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers_report import Row, render
+import timing
+from peers_report import Row, ratio_summary, render
 from peers_tools import PEER_TOOLS, Candidate, Setting, Workload, prepare_model, workloads
 
 log = logging.getLogger("peers")
@@ -285,21 +286,21 @@ def interleaved_times(candidates: list[Candidate], setting: Setting, repeats: in
     """Seconds of each runnable candidate's step: `repeats` rounds, each calling every candidate once in a shuffled
     order (so that drift on a shared machine hits all alike), after one warm-up round; `.grad` reset untimed."""
     runnable = [index for index, candidate in enumerate(candidates) if not candidate.note]
-    times: dict[int, list[float]] = {index: [] for index in runnable}
-    shuffler = random.Random(0)
-    for round_index in range(repeats + 1):
-        order = list(runnable)
-        shuffler.shuffle(order)
-        for index in order:
-            candidate = candidates[index]
-            candidate.model.zero_grad(set_to_none=True)
-            synchronize(setting.device)
-            started = time.perf_counter()
+
+    def reset(position: int) -> None:
+        candidates[runnable[position]].model.zero_grad(set_to_none=True)
+        synchronize(setting.device)
+
+    def synchronized(candidate: Candidate) -> Callable[[], None]:
+        def run() -> None:
             candidate.run()
             synchronize(setting.device)
-            if round_index > 0:
-                times[index].append(time.perf_counter() - started)
-    return times
+
+        return run
+
+    steps = [synchronized(candidates[index]) for index in runnable]
+    times = timing.interleaved_times(steps, repeats, shuffler=random.Random(0), before_each=reset)
+    return dict(zip(runnable, times, strict=True))
 
 
 def compiled_graphs() -> int:
@@ -420,6 +421,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--from-json", nargs="+", help="render tables and plot from saved rows (several files: later models win)"
     )
+    parser.add_argument(
+        "--summary", action="store_true", help="with --from-json: only the table of ours against each peer tool"
+    )
     args = parser.parse_args(argv)
     if args.time_limit is None:
         args.time_limit = 10.0 if args.quick else 45.0
@@ -483,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger("checkmate").setLevel(logging.WARNING)
     if args.from_json:
         saved_rows, saved_info = read_rows(args.from_json)
-        print(render(saved_rows, saved_info, plot=args.plot))
+        print(ratio_summary(saved_rows) if args.summary else render(saved_rows, saved_info, plot=args.plot))
         return
     if args.cache_dir:
         os.environ["CHECKMATE_CACHE_DIR"] = args.cache_dir

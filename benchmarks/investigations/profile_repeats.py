@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 import checkmate
 from checkmate.torch_capture import profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from graph_set import resnet50
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

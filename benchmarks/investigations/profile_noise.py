@@ -24,14 +24,18 @@ import itertools
 import math
 import os
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import checkmate
 from checkmate.graph import Graph
 from checkmate.strategies import optimal as optimal_module
 from checkmate.strategies.policy import POLICY
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from graph_set import resnet50
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
