@@ -37,6 +37,7 @@ from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, Inval
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.files import write_file
 from checkmate.graph import Graph
+from checkmate.options import CostModel, FakeCostModel, GradientMemory, choices
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
 from checkmate.units import format_bytes, parse_budget, resolve_budget
@@ -118,12 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         "target", metavar="TARGET", help="the model to capture, as `checkmate.capture` reads it"
     )
     capture_parser.add_argument("--out", required=True, help="the graph JSON file to write")
-    capture_parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    capture_parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     capture_parser.add_argument("--max-nodes", type=int, help="merge ops until the graph has at most this many nodes")
     capture_parser.add_argument(
         "--gradient-memory",
         default="whole_step",
-        choices=("whole_step", "when_made"),
+        choices=choices(GradientMemory),
         help="count parameter gradients for the whole step (fixed memory) or from the node that makes each",
     )
     capture_parser.set_defaults(command=_capture)
@@ -145,7 +146,10 @@ def _parser() -> argparse.ArgumentParser:
         "(1.0: the paper's cap for its Figure 6); default no cap",
     )
     max_batch_parser.add_argument(
-        "--cost-model", default="flops", choices=("flops", "unit"), help="how the search prices ops on fake tensors"
+        "--cost-model",
+        default="flops",
+        choices=choices(FakeCostModel),
+        help="how the search prices ops on fake tensors",
     )
     max_batch_parser.add_argument(
         "--no-check",

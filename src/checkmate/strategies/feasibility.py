@@ -12,6 +12,7 @@ from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxati
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends.policy import LP_BACKEND
+from checkmate.options import SolverName
 from checkmate.progress import SearchControl
 from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import lowest_peak_baseline
@@ -24,7 +25,7 @@ MINIMUM_BUDGET_MILP_NODES = 200
 
 
 def minimum_budget(
-    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = LP_BACKEND
+    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: SolverName = LP_BACKEND
 ) -> BudgetRange:
     """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP (graphs of up to
     MINIMUM_BUDGET_MILP_NODES nodes; larger ones get the activation floor and the lowest baseline peak).

@@ -26,6 +26,7 @@ from checkmate.milp.backends import milp_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
+from checkmate.options import SolverChoice
 from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.common import final_plan
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 class MilpSettings:
     """The solver options of `optimal`, handed on to the MILP of a coarse graph."""
 
-    backend: str = "auto"
+    backend: SolverChoice = "auto"
     mip_gap: float = 1e-4
     threads: int | None = None
     verbose: bool = False

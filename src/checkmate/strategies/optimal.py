@@ -16,6 +16,7 @@ from checkmate.bounds import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import check_backend_name
 from checkmate.milp.scaling import DEFAULT_RESOLUTION
+from checkmate.options import SolverChoice
 from checkmate.plan import Plan, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
@@ -42,7 +43,7 @@ def optimal(
     graph: Graph,
     budget: int | None,
     *,
-    backend: str = "auto",
+    backend: SolverChoice = "auto",
     time_limit: float | None = None,
     mip_gap: float = 1e-4,
     threads: int | None = None,

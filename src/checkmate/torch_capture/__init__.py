@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from checkmate.captured import Captured
-from checkmate.errors import InvalidArgument
 from checkmate.graph import Graph
+from checkmate.options import CostModel, GradientMemory, check_choice
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
@@ -48,10 +48,10 @@ def capture(
     loss_fn: LossFunction,
     batch: Sequence[Any],
     *,
-    cost_model: str = "profile",
+    cost_model: CostModel = "profile",
     max_nodes: int | None = None,
     optimizer_state_bytes: int = 0,
-    gradient_memory: str = "whole_step",
+    gradient_memory: GradientMemory = "whole_step",
     fused: bool = False,
     lean_backward: bool = False,
 ) -> Captured:
@@ -118,7 +118,7 @@ def trace_prepared(
 
 
 def capture_as(
-    like: Captured, trace: Trace, *, optimizer_state_bytes: int, gradient_memory: str, device: torch.device
+    like: Captured, trace: Trace, *, optimizer_state_bytes: int, gradient_memory: GradientMemory, device: torch.device
 ) -> Captured:
     """The step of `trace` (`trace_prepared`) in `like`'s planning nodes, priced by `like`'s costs, without measuring
     anything: `like` is a capture of the same step for other batch shapes, and `trace` must have its structure
@@ -151,7 +151,7 @@ def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
     return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
-def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.device) -> Captured:
+def _captured(trace: Trace, layout: Layout, cost_model: CostModel, device: torch.device) -> Captured:
     return Captured(
         graph=layout.graph,
         module=trace.module,
@@ -174,13 +174,9 @@ def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.devic
     )
 
 
-GRADIENT_MEMORY_CHOICES = ("whole_step", "when_made")
-
-
 def check_gradient_memory(gradient_memory: str) -> None:
-    """Raise InvalidArgument unless `gradient_memory` is one of GRADIENT_MEMORY_CHOICES."""
-    if gradient_memory not in GRADIENT_MEMORY_CHOICES:
-        raise InvalidArgument(f"gradient_memory must be one of {GRADIENT_MEMORY_CHOICES}, got {gradient_memory!r}")
+    """Raise InvalidArgument unless `gradient_memory` is a `GradientMemory` (compile_step.py calls it too)."""
+    check_choice("gradient_memory", gradient_memory, GradientMemory)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -191,7 +187,7 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def _per_op_costs(
-    trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: str
+    trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: CostModel
 ) -> OpProfile:
     """Cost per fx op, and its scratch bytes (measured by "profile" only; the other cost models run nothing)."""
     if cost_model == "unit":
