@@ -35,7 +35,7 @@ from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_
 from checkmate.torch_capture.layout import Layout, build_layout
 from checkmate.torch_capture.lean_backward import lean_backward as rewrite_lean_backward
 from checkmate.torch_capture.merge import merge_groups
-from checkmate.torch_capture.profile import OpProfile, profile_per_op
+from checkmate.torch_capture.profile import DEFAULT_REPEATS, OpProfile, ProfileRepeats, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def capture(
     gradient_memory: GradientMemory = "whole_step",
     fused: bool = False,
     lean_backward: bool = False,
+    profile_repeats: ProfileRepeats = DEFAULT_REPEATS,
 ) -> Captured:
     """Capture one training step of `model` as a planning graph and the fx graph that executes it.
 
@@ -74,6 +75,7 @@ def capture(
             kernel, its inner values not counted. For plans that `checkmate.inductor` runs.
         lean_backward: let ReLU and max-pooling backward read a 1-byte mask and a shape instead of forward tensors
             (`checkmate.torch_capture.lean_backward`): lower floors, more compute.
+        profile_repeats: how many runs the "profile" cost model times (`checkmate.torch_capture.profile`).
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
@@ -85,7 +87,7 @@ def capture(
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     if fused:
         groups = fuse_groups(trace.module.graph, groups, trace.loss)
-    per_op = _per_op_costs(trace, groups, model, batch, cost_model)
+    per_op = _per_op_costs(trace, groups, model, batch, cost_model, profile_repeats)
     retain_gradients = gradient_memory == "when_made"
     device = model_device(model)
 
@@ -187,7 +189,12 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def _per_op_costs(
-    trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: CostModel
+    trace: Trace,
+    groups: list[list[str]],
+    model: nn.Module,
+    batch: Sequence[Any],
+    cost_model: CostModel,
+    repeats: ProfileRepeats,
 ) -> OpProfile:
     """Cost per fx op, and its scratch bytes (measured by "profile" only; the other cost models run nothing)."""
     if cost_model == "unit":
@@ -196,7 +203,7 @@ def _per_op_costs(
         return OpProfile(costs=flops_per_op(trace.module, find_owners(trace.module.graph).allocating), scratch_bytes={})
     state = dict(model.named_parameters()) | dict(model.named_buffers())
     inputs = [state[name] for name in (*trace.parameter_names, *trace.buffer_names)]
-    return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model))
+    return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model), repeats)
 
 
 def _layout(
