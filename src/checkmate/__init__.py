@@ -75,9 +75,9 @@ compile.__doc__ = _docstring("compile_step.py", "compile") or compile.__doc__
 
 
 def max_batch(factory: Any, memory: int | str, **options: Any) -> MaxBatch:
-    """The largest batch size whose step trains within `memory`; see `checkmate.experiments.model_max_batch.max_batch`
+    """The largest batch size whose step trains within `memory`; see `checkmate.model_max_batch.max_batch`
     (imports torch)."""
-    from checkmate.experiments.model_max_batch import max_batch as search
+    from checkmate.model_max_batch import max_batch as search
 
     return search(factory, memory, **options)
 

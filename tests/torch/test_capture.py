@@ -24,9 +24,9 @@ from torch.utils import _pytree as pytree
 import checkmate
 from checkmate import CaptureError, Graph, solve, zoo
 from checkmate.captured import Captured
+from checkmate.cli.capture import run_capture
+from checkmate.testing.eager_step import measure_eager_step
 from checkmate.torch_capture import capture
-from checkmate.torch_capture.cli import run_capture
-from checkmate.torch_capture.measure import measure_eager_step
 from checkmate.torch_capture.profile import DEFAULT_REPEATS, ProfileRepeats
 
 SMALL = {

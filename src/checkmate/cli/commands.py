@@ -292,7 +292,7 @@ def _table2(arguments: argparse.Namespace) -> int:
 
 def _capture(arguments: argparse.Namespace) -> int:
     try:
-        from checkmate.torch_capture.cli import run_capture
+        from checkmate.cli.capture import run_capture
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
         raise CheckmateError(f"capture is unavailable ({error}){hint}") from None

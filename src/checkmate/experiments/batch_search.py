@@ -28,7 +28,7 @@ of the forward nodes); 1.0 is the paper's "at most one extra forward pass". It i
 ratio, so that it means the same under every cost model (flops in the search, profiled seconds in the check).
 
 The search and the check take functions of the batch size and import no torch; `checkmate.max_batch`
-(`checkmate.experiments.model_max_batch`, torch) builds them from a model factory.
+(`checkmate.model_max_batch`, torch) builds them from a model factory.
 """
 
 from __future__ import annotations

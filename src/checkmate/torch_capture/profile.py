@@ -53,10 +53,10 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
+from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.progress_lines import work_lines
 from checkmate.torch_capture.allocator import allocation_events, event_tree, memory_profile, walk
 from checkmate.torch_capture.grouping import find_owners
-from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
