@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from checkmate import solve, zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.testing.eager_step import measure_eager_step
 from checkmate.torch_capture import capture
-from checkmate.units import format_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {

@@ -34,9 +34,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.files import write_file
 from checkmate.options import CostModel, choices
-from checkmate.units import format_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 WORLD_SIZE = 2

@@ -34,9 +34,9 @@ import torch
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
 from checkmate.options import CostModel, choices
-from checkmate.units import format_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {

@@ -7,6 +7,7 @@ import ast
 import os
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -26,7 +27,6 @@ from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simulate
 from checkmate.solve import solve
 from checkmate.strategies.feasibility import lower_bound, minimum_budget
-from checkmate.units import format_bytes, parse_bytes
 
 
 def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:

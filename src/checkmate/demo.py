@@ -27,11 +27,11 @@ from torch import nn
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
 from checkmate.options import CostModel, choices
 from checkmate.strategies.registry import strategies
 from checkmate.training.step_report import LABEL_WIDTH
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from checkmate import Graph, Plan, solve
+from checkmate.byte_sizes import parse_budget, resolve_budget
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.experiments.compare import compare, format_table
 from checkmate.strategies.registry import strategies
-from checkmate.units import parse_budget, resolve_budget
 
 
 @pytest.fixture

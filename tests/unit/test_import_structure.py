@@ -34,7 +34,7 @@ TORCH_FREE_MODULES = (
     "search_defaults",
     "simulate",
     "solve",
-    "units",
+    "byte_sizes",
 )
 
 

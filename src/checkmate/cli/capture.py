@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CaptureError
 from checkmate.files import write_file
 from checkmate.options import CostModel, GradientMemory
 from checkmate.torch_capture import capture
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@
         [--max-extra-forward-passes 1.0] [--no-check] [--time-limit S] [--factory-option KEY=VALUE]
                                                        (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
 
-A budget (`--budget`) is read as `checkmate.compile` reads it (`units.parse_budget`): bytes (1000000), a size
+A budget (`--budget`) is read as `checkmate.compile` reads it (`byte_sizes.parse_budget`): bytes (1000000), a size
 (8GiB, 512MiB), or a fraction in (0, 1] of the peak without rematerialization (0.6: 0.6 times checkpoint_all's peak).
 
 Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, InvalidSchedule
@@ -40,7 +41,6 @@ from checkmate.graph import Graph
 from checkmate.options import CostModel, FakeCostModel, GradientMemory, choices
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
-from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 USAGE_ERROR = 2
 

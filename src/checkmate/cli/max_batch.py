@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, InfeasibleBudget
 from checkmate.experiments.batch_search import REFERENCE, GraphAt, MaxBatch, search_max_batch
 from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
-from checkmate.units import format_bytes, parse_bytes
 
 ZOO_PREFIX = "zoo:"
 DEFAULT_METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")

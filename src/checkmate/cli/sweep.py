@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CaptureError, InvalidArgument, InvalidGraph
 from checkmate.experiments.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
 from checkmate.experiments.sweep import (
@@ -46,7 +47,6 @@ from checkmate.experiments.tables import (
 )
 from checkmate.files import write_file
 from checkmate.graph import Graph
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkmate.bounds import activation_floor
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import Progress, ProgressCallback
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, option_names
-from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
 

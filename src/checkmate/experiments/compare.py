@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.errors import EXPECTED_FAILURES
 from checkmate.graph import Graph
 from checkmate.plan import PlanStatus
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, option_names, strategies
-from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
 

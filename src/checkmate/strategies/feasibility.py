@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxation_bound
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends.policy import LP_BACKEND
@@ -16,7 +17,6 @@ from checkmate.options import SolverName
 from checkmate.progress import SearchControl
 from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import lowest_peak_baseline
-from checkmate.units import format_bytes
 
 MINIMUM_BUDGET_TIME_LIMIT = 10.0
 # Above this many nodes the peak-minimising MILP (O(T^2) variables) takes longer to load than its time limit;

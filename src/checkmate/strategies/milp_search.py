@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import milp_backend
@@ -35,7 +36,6 @@ from checkmate.strategies.lp_rounding import RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import unproven_infeasibility
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Stages, each a function of the previous one's output:
 3. `costs` / `profile`: price each op ("unit", "flops" or "profile").
 4. `fusion` (with `fused=True`): ops that Inductor fuses into one kernel become one node.
 5. `merge` (when `max_nodes` is given): merge cheap neighbouring nodes.
-6. `layout`: edges, exported values and memory of each planning node, and the fixed memory.
+6. `planning_nodes`: edges, exported values and memory of each planning node, and the fixed memory.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from checkmate.options import CostModel, GradientMemory, check_choice
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
-from checkmate.torch_capture.layout import Layout, build_layout
 from checkmate.torch_capture.lean_backward import lean_backward as rewrite_lean_backward
 from checkmate.torch_capture.merge import merge_groups
+from checkmate.torch_capture.planning_nodes import PlanningNodes, build_planning_nodes
 from checkmate.torch_capture.profile import DEFAULT_REPEATS, OpProfile, ProfileRepeats, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
 
@@ -91,20 +91,21 @@ def capture(
     retain_gradients = gradient_memory == "when_made"
     device = model_device(model)
 
-    def lay_out(groups: list[list[str]]) -> Layout:
+    def plan_nodes(groups: list[list[str]]) -> PlanningNodes:
         costs = group_costs(groups, per_op.costs)
-        return _layout(trace, groups, costs, per_op.scratch_bytes, optimizer_state_bytes, retain_gradients, device)
+        scratch = per_op.scratch_bytes
+        return _planning_nodes(trace, groups, costs, scratch, optimizer_state_bytes, retain_gradients, device)
 
-    layout = lay_out(groups)
-    if max_nodes is not None and layout.graph.size > max_nodes:
-        layout = lay_out(merge_groups(layout.graph, groups, max_nodes))
+    nodes = plan_nodes(groups)
+    if max_nodes is not None and nodes.graph.size > max_nodes:
+        nodes = plan_nodes(merge_groups(nodes.graph, groups, max_nodes))
     log.info(
         "captured %d planning nodes from %d fx nodes in %.2f s",
-        layout.graph.size,
+        nodes.graph.size,
         len(trace.module.graph.nodes),
         time.perf_counter() - started,
     )
-    return _captured(trace, layout, cost_model, device)
+    return _captured(trace, nodes, cost_model, device)
 
 
 def trace_prepared(
@@ -127,7 +128,7 @@ def capture_as(
     (`checkmate.torch_capture.structure.structure_difference`). Sizes are the trace's own. Profiled kernel scratch
     is not measured at this shape: with `like` profiled, each node holds at least `like`'s workspace while it runs
     (the bound for a trace whose sizes are no larger)."""
-    layout = _layout(
+    nodes = _planning_nodes(
         trace,
         [list(names) for names in like.members],
         like.graph.costs.tolist(),
@@ -137,8 +138,8 @@ def capture_as(
         device,
     )
     if like.cost_model == "profile":
-        layout = dataclasses.replace(layout, graph=_with_workspace_of(layout.graph, like.graph))
-    return _captured(trace, layout, like.cost_model, device)
+        nodes = dataclasses.replace(nodes, graph=_with_workspace_of(nodes.graph, like.graph))
+    return _captured(trace, nodes, like.cost_model, device)
 
 
 def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
@@ -153,12 +154,12 @@ def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
     return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
-def _captured(trace: Trace, layout: Layout, cost_model: CostModel, device: torch.device) -> Captured:
+def _captured(trace: Trace, nodes: PlanningNodes, cost_model: CostModel, device: torch.device) -> Captured:
     return Captured(
-        graph=layout.graph,
+        graph=nodes.graph,
         module=trace.module,
-        members=layout.members,
-        exports=layout.exports,
+        members=nodes.members,
+        exports=nodes.exports,
         parameter_names=trace.parameter_names,
         buffer_names=trace.buffer_names,
         batch_shapes=trace.batch_shapes,
@@ -170,7 +171,7 @@ def _captured(trace: Trace, layout: Layout, cost_model: CostModel, device: torch
         input_gradients=trace.input_gradients,
         loss_output=trace.loss_output,
         region_outputs=trace.outputs,
-        random_nodes=layout.random_nodes,
+        random_nodes=nodes.random_nodes,
         cost_model=cost_model,
         device=str(device),
     )
@@ -206,7 +207,7 @@ def _per_op_costs(
     return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model), repeats)
 
 
-def _layout(
+def _planning_nodes(
     trace: Trace,
     groups: list[list[str]],
     costs: Sequence[float],
@@ -214,10 +215,10 @@ def _layout(
     optimizer_state_bytes: int,
     retain_gradients: bool,
     device: torch.device,
-) -> Layout:
+) -> PlanningNodes:
     gradients = (*trace.gradients, *trace.input_gradients)
     leaving = (trace.loss, *gradients, *trace.buffer_updates, *trace.outputs)
-    return build_layout(
+    return build_planning_nodes(
         trace.module,
         groups,
         costs,

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CheckmateError, InvalidSchedule
 from checkmate.files import write_file
 from checkmate.graph import Graph
 from checkmate.options import CostModel
 from checkmate.plan import Plan
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
