@@ -33,8 +33,9 @@ from torch.nn.parallel import DistributedDataParallel
 import checkmate
 import timing
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.files import write_file
-from checkmate.units import format_bytes
+from checkmate.options import CostModel, choices
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 WORLD_SIZE = 2
@@ -156,7 +157,7 @@ def main() -> None:
     parser.add_argument("--budgets", type=float, nargs="+", default=[1.0, 0.6], help="fractions of the no-remat peak")
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket_cap_mb (default 25)")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
-    parser.add_argument("--cost-model", default="flops", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="flops", choices=choices(CostModel))
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
     add_row_arguments(parser)
     args = parser.parse_args()

@@ -68,6 +68,7 @@ import torch
 import checkmate
 from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes, synchronize
 from checkmate.files import write_file
+from checkmate.options import CostModel, GradientMemory, choices
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -386,7 +387,7 @@ def benchmark_workload(workload: Workload, args: argparse.Namespace, meter: Mete
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small models, 4 compile budgets, 10 s solves")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--models", nargs="*", help="names (or prefixes) of the models to run; default all")
     parser.add_argument("--tools", nargs="*", default=list(PEER_TOOLS), choices=list(PEER_TOOLS))
     parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
@@ -399,14 +400,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (median)")
     parser.add_argument("--time-limit", type=float, help="seconds per solve of ours (default 45, quick 10)")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     parser.add_argument("--compile-budgets", type=float, nargs="*", help="activation_memory_budget values")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (inductor or "
                         "aot_eager_decomp_partition: the same min-cut/knapsack planner, eager kernels)")  # fmt: skip
     parser.add_argument("--segments", type=int, nargs="*", help="checkpoint_sequential segment counts")
     parser.add_argument("--strides", type=int, nargs="*", default=[1, 2, 4], help="checkpoint every k-th block")
     parser.add_argument(
-        "--gradient-memory", default="when_made", choices=("when_made", "whole_step"),
+        "--gradient-memory", default="when_made", choices=choices(GradientMemory),
         help="how our plans count gradients: from the op that makes each (every step here starts from .grad = None, "
         "as the peers' do) or for the whole step",
     )  # fmt: skip

@@ -62,6 +62,7 @@ import checkmate
 import timing
 from checkmate.execute.memory import storage_bytes
 from checkmate.files import write_file
+from checkmate.options import CostModel, choices
 from checkmate.sharded import layout
 from checkmate.torch_capture.allocator import allocator_peak
 from peers_tools import SAC_POLICIES
@@ -434,7 +435,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 layers, width 64, 64 tokens; 5 repeats, 5 s solves")
     parser.add_argument("--strides", type=int, nargs="+", default=[1, 2], help="checkpoint every k-th block")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     parser.add_argument("--fit-iterations", type=int, default=2, help="replans of ours when the meter reads over")
     parser.add_argument(
         "--merge-within", type=float, default=0.02, help="peer peaks this close share one budget of ours"

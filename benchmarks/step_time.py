@@ -32,8 +32,9 @@ import torch
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
-from checkmate.units import format_bytes
+from checkmate.options import CostModel, choices
 from rows import Row, Stored, add_row_arguments, measure_or_load
 from timing import interleaved_medians
 
@@ -167,7 +168,7 @@ def main() -> None:
     parser.add_argument("--overhead", action="store_true", help="the executor's overhead against eager, only")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     add_row_arguments(parser)
     args = parser.parse_args()
     measure_or_load(args, "step_time_overhead" if args.overhead else "step_time", lambda: measure(args), render)

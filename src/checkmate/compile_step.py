@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from torch import nn
 
+from checkmate.byte_sizes import parse_budget
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
 from checkmate.search_defaults import with_search_defaults
@@ -29,7 +30,6 @@ from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import MEASURE_CHOICES, CompiledStep
 from checkmate.training.executors import capture_options, check_executor
 from checkmate.training.planning import Settings, plan_step, signature_of
-from checkmate.units import parse_budget
 
 
 def check_cost_model_choice(cost_model: str) -> None:

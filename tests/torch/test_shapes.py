@@ -22,7 +22,7 @@ import checkmate
 import checkmate.torch_capture
 import checkmate.training.compiled
 from checkmate import InfeasibleBudget, zoo
-from checkmate.units import resolve_budget
+from checkmate.byte_sizes import resolve_budget
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 

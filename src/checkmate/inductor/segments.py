@@ -38,8 +38,8 @@ from checkmate.captured import Captured
 from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.memory import measure_peak
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
+from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Schedule, Step
-from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)

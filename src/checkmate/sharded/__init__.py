@@ -55,6 +55,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import ShardedTrainingError
 from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
@@ -72,7 +73,6 @@ from checkmate.training.compiled import CompiledStep, PlanKey
 from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
 from checkmate.training.ranks import on_every_rank
 from checkmate.training.step_report import StepReport
-from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkmate.options import CostModel, GradientMemory
+
 
 @dataclass(frozen=True)
 class CaptureOptions:
@@ -23,9 +25,9 @@ class CaptureOptions:
         lean_backward: let ReLU and max-pool backward read a mask and a shape instead of forward tensors.
     """
 
-    cost_model: str = "profile"
+    cost_model: CostModel = "profile"
     max_nodes: int | None = None
     optimizer_state_bytes: int = 0
-    gradient_memory: str = "whole_step"
+    gradient_memory: GradientMemory = "whole_step"
     fused: bool = False
     lean_backward: bool = False

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
 from checkmate.execute.gradients import GradientAccumulator, StepGradients, WithBatchGradients
@@ -50,7 +51,6 @@ from checkmate.training.planning import (
 )
 from checkmate.training.shape_reuse import describe, reuse_plan
 from checkmate.training.step_report import StepReport
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

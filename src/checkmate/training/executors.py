@@ -20,6 +20,7 @@ from torch import nn
 from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
 from checkmate.execute.program import Program, prepare
+from checkmate.options import CostModel, GradientMemory
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
 from checkmate.torch_capture.trace import LossFunction, flatten_batch
@@ -36,11 +37,13 @@ def check_executor(executor: str) -> None:
         raise InvalidArgument(f"executor must be one of {EXECUTORS}, got {executor!r}")
 
 
-def capture_options(executor: str, cost_model: str, *, max_nodes: int | None, gradient_memory: str) -> CaptureOptions:
+def capture_options(
+    executor: str, cost_model: CostModel, *, max_nodes: int | None, gradient_memory: GradientMemory
+) -> CaptureOptions:
     """Capture options for `executor`: the Inductor executor groups fused ops, and prices them itself when profiled
     (so capture only counts FLOPs instead of timing ATen ops that will not run)."""
     if executor == "inductor":
-        captured_cost_model = "flops" if cost_model == "profile" else cost_model
+        captured_cost_model: CostModel = "flops" if cost_model == "profile" else cost_model
         return CaptureOptions(captured_cost_model, max_nodes, gradient_memory=gradient_memory, fused=True)
     return CaptureOptions(cost_model, max_nodes, gradient_memory=gradient_memory)
 
