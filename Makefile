@@ -2,7 +2,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: test demo clean
+.PHONY: test demo bench-tables clean
 
 $(BIN)/checkmate: pyproject.toml constraints-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ test: $(BIN)/checkmate
 
 demo: $(BIN)/checkmate
 	$(BIN)/python -m checkmate.demo
+
+bench-tables: $(BIN)/checkmate  # every marked table of README.md, BENCHMARKS.md and docs/ from its stored rows
+	$(BIN)/python benchmarks/doc_tables.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

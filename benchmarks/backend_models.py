@@ -32,8 +32,8 @@ import transformers
 from torch import nn
 
 import checkmate
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute.memory import measure_peak, step_baseline
-from checkmate.units import format_bytes
 from real_models import ROWS
 from rows import Row as StoredRow
 from rows import Stored, add_row_arguments, markdown_table, measure_or_load

@@ -4,7 +4,7 @@ For a VGG-style CNN, a ResNet-18-style network and a small GPT it reports
 * fx call nodes of the joint graph, planning nodes, and planning nodes after `max_nodes` merging;
 * capture time with the "profile" cost model, first with an empty profile cache, then cached;
 * the simulated peak of `checkpoint_all` against the peak of live tensor storages measured while
-  eager PyTorch runs `loss_fn(model, *batch).backward()` (checkmate.torch_capture.measure), both totals
+  eager PyTorch runs `loss_fn(model, *batch).backward()` (checkmate.testing.eager_step), both totals
   including parameters, buffers and the batch, and the eager one with gradients charged either as
   they appear ("eager") or for the whole step like the graph's fixed memory ("eager, grads fixed"), or
   in a second step that accumulates into the first one's `.grad`s ("eager, accumulating": the graph's
@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from checkmate import solve, zoo
+from checkmate.byte_sizes import format_bytes
+from checkmate.testing.eager_step import measure_eager_step
 from checkmate.torch_capture import capture
-from checkmate.torch_capture.measure import measure_eager_step
-from checkmate.units import format_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {

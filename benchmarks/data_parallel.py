@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,11 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 import checkmate
+import timing
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.files import write_file
-from checkmate.units import format_bytes
+from checkmate.options import CostModel, choices
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 WORLD_SIZE = 2
@@ -43,19 +43,10 @@ WORLD_SIZE = 2
 
 def _interleaved_medians(functions: list[Callable[[], Any]], repeats: int) -> list[float]:
     """Median seconds of each function, called in turn after two warm-up rounds; the slowest rank's median."""
-    for _ in range(2):
-        for function in functions:
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(repeats):
-        for function, sink in zip(functions, times, strict=True):
-            dist.barrier()
-            started = time.perf_counter()
-            function()
-            sink.append(time.perf_counter() - started)
-    medians = torch.tensor([statistics.median(sink) for sink in times], dtype=torch.float64)
-    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
-    return medians.tolist()
+    medians = timing.interleaved_medians(functions, repeats, warmup_rounds=2, before_each=lambda _: dist.barrier())
+    slowest = torch.tensor(medians, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.tolist()
 
 
 def _check_gradients(step: Any, reference: DistributedDataParallel, batch: tuple[Any, ...]) -> bool:
@@ -166,7 +157,7 @@ def main() -> None:
     parser.add_argument("--budgets", type=float, nargs="+", default=[1.0, 0.6], help="fractions of the no-remat peak")
     parser.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket_cap_mb (default 25)")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
-    parser.add_argument("--cost-model", default="flops", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="flops", choices=choices(CostModel))
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
     add_row_arguments(parser)
     args = parser.parse_args()

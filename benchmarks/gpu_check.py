@@ -32,7 +32,8 @@ import torch
 
 import checkmate
 from checkmate import zoo
-from checkmate.units import format_bytes
+from checkmate.byte_sizes import format_bytes
+from checkmate.options import CostModel, choices
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 
@@ -192,11 +193,11 @@ def render(stored: Stored) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--quick", action="store_true", help="small models (for a dry run)")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     add_row_arguments(parser)
     args = parser.parse_args()
     device = torch.device(args.device)

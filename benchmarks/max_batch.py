@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from checkmate import InfeasibleBudget, zoo
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
 from checkmate.graph import Graph
 from checkmate.torch_capture.fake_factory import fake_graph_at
-from checkmate.units import format_bytes, parse_bytes
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")

@@ -68,10 +68,12 @@ import torch
 import checkmate
 from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes, synchronize
 from checkmate.files import write_file
+from checkmate.options import CostModel, GradientMemory, choices
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers_report import Row, render
+import timing
+from peers_report import Row, ratio_summary, render
 from peers_tools import PEER_TOOLS, Candidate, Setting, Workload, prepare_model, workloads
 
 log = logging.getLogger("peers")
@@ -285,21 +287,21 @@ def interleaved_times(candidates: list[Candidate], setting: Setting, repeats: in
     """Seconds of each runnable candidate's step: `repeats` rounds, each calling every candidate once in a shuffled
     order (so that drift on a shared machine hits all alike), after one warm-up round; `.grad` reset untimed."""
     runnable = [index for index, candidate in enumerate(candidates) if not candidate.note]
-    times: dict[int, list[float]] = {index: [] for index in runnable}
-    shuffler = random.Random(0)
-    for round_index in range(repeats + 1):
-        order = list(runnable)
-        shuffler.shuffle(order)
-        for index in order:
-            candidate = candidates[index]
-            candidate.model.zero_grad(set_to_none=True)
-            synchronize(setting.device)
-            started = time.perf_counter()
+
+    def reset(position: int) -> None:
+        candidates[runnable[position]].model.zero_grad(set_to_none=True)
+        synchronize(setting.device)
+
+    def synchronized(candidate: Candidate) -> Callable[[], None]:
+        def run() -> None:
             candidate.run()
             synchronize(setting.device)
-            if round_index > 0:
-                times[index].append(time.perf_counter() - started)
-    return times
+
+        return run
+
+    steps = [synchronized(candidates[index]) for index in runnable]
+    times = timing.interleaved_times(steps, repeats, shuffler=random.Random(0), before_each=reset)
+    return dict(zip(runnable, times, strict=True))
 
 
 def compiled_graphs() -> int:
@@ -385,7 +387,7 @@ def benchmark_workload(workload: Workload, args: argparse.Namespace, meter: Mete
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small models, 4 compile budgets, 10 s solves")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--models", nargs="*", help="names (or prefixes) of the models to run; default all")
     parser.add_argument("--tools", nargs="*", default=list(PEER_TOOLS), choices=list(PEER_TOOLS))
     parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
@@ -398,14 +400,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=11, help="timed rounds (median)")
     parser.add_argument("--time-limit", type=float, help="seconds per solve of ours (default 45, quick 10)")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     parser.add_argument("--compile-budgets", type=float, nargs="*", help="activation_memory_budget values")
     parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend (inductor or "
                         "aot_eager_decomp_partition: the same min-cut/knapsack planner, eager kernels)")  # fmt: skip
     parser.add_argument("--segments", type=int, nargs="*", help="checkpoint_sequential segment counts")
     parser.add_argument("--strides", type=int, nargs="*", default=[1, 2, 4], help="checkpoint every k-th block")
     parser.add_argument(
-        "--gradient-memory", default="when_made", choices=("when_made", "whole_step"),
+        "--gradient-memory", default="when_made", choices=choices(GradientMemory),
         help="how our plans count gradients: from the op that makes each (every step here starts from .grad = None, "
         "as the peers' do) or for the whole step",
     )  # fmt: skip
@@ -419,6 +421,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", help="write the Pareto plot (PNG) here")
     parser.add_argument(
         "--from-json", nargs="+", help="render tables and plot from saved rows (several files: later models win)"
+    )
+    parser.add_argument(
+        "--summary", action="store_true", help="with --from-json: only the table of ours against each peer tool"
     )
     args = parser.parse_args(argv)
     if args.time_limit is None:
@@ -483,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger("checkmate").setLevel(logging.WARNING)
     if args.from_json:
         saved_rows, saved_info = read_rows(args.from_json)
-        print(render(saved_rows, saved_info, plot=args.plot))
+        print(ratio_summary(saved_rows) if args.summary else render(saved_rows, saved_info, plot=args.plot))
         return
     if args.cache_dir:
         os.environ["CHECKMATE_CACHE_DIR"] = args.cache_dir

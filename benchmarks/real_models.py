@@ -30,7 +30,7 @@ from torch import nn
 
 import checkmate
 from checkmate import CheckmateError
-from checkmate.units import format_bytes
+from checkmate.byte_sizes import format_bytes
 from rows import Row as StoredRow
 from rows import Stored, add_row_arguments, markdown_table, measure_or_load
 

@@ -44,7 +44,6 @@ import math
 import random
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,9 +59,10 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import checkmate
+import timing
 from checkmate.execute.memory import storage_bytes
 from checkmate.files import write_file
-from checkmate.options import ShardedOptions
+from checkmate.options import CostModel, ShardedOptions, choices
 from checkmate.torch_capture.allocator import allocator_peak
 from peers_tools import SAC_POLICIES
 from rows import Row, Stored, add_row_arguments, measure_or_load
@@ -292,19 +292,17 @@ def interleaved_medians(configs: list[Config], repeats: int) -> list[float | Non
     """Seconds per step of each runnable configuration: the slower rank's median over `repeats` shuffled rounds after
     one warm-up round."""
     runnable = [index for index, config in enumerate(configs) if not config.note]
-    times: dict[int, list[float]] = {index: [] for index in runnable}
+
+    def reset(position: int) -> None:
+        configs[runnable[position]].model.zero_grad(set_to_none=True)
+        dist.barrier()
+
     shuffler = random.Random(0)  # the same order on every rank
-    for round_index in range(repeats + 1):
-        order = list(runnable)
-        shuffler.shuffle(order)
-        for index in order:
-            configs[index].model.zero_grad(set_to_none=True)
-            dist.barrier()
-            started = time.perf_counter()
-            configs[index].run()
-            if round_index > 0:
-                times[index].append(time.perf_counter() - started)
-    return [_max_over_ranks(statistics.median(times[i])) if i in times else None for i in range(len(configs))]
+    times = timing.interleaved_times([configs[i].run for i in runnable], repeats, shuffler=shuffler, before_each=reset)
+    medians = {
+        index: _max_over_ranks(statistics.median(seconds)) for index, seconds in zip(runnable, times, strict=True)
+    }
+    return [medians.get(index) for index in range(len(configs))]
 
 
 def _ours_fields(config: Config, seconds: float | None) -> Row:
@@ -438,7 +436,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 layers, width 64, 64 tokens; 5 repeats, 5 s solves")
     parser.add_argument("--strides", type=int, nargs="+", default=[1, 2], help="checkpoint every k-th block")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     parser.add_argument("--fit-iterations", type=int, default=2, help="replans of ours when the meter reads over")
     parser.add_argument(
         "--merge-within", type=float, default=0.02, help="peer peaks this close share one budget of ours"

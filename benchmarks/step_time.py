@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,9 +32,11 @@ import torch
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
-from checkmate.units import format_bytes
+from checkmate.options import CostModel, choices
 from rows import Row, Stored, add_row_arguments, measure_or_load
+from timing import interleaved_medians
 
 MODELS: dict[str, Callable[[], Any]] = {
     "ResNet (BN, skips)": lambda: zoo.resnet(batch_size=32, image_size=32, width=16, blocks=(1, 1, 1)),
@@ -50,20 +50,6 @@ OVERHEAD_MODELS: dict[str, Callable[[], Any]] = {
     "U-Net (peers, quick)": lambda: zoo.unet(4, image_size=(32, 48), width=1 / 16),
     **QUICK_MODELS,
 }
-
-
-def interleaved_medians(functions: list[Callable[[], Any]], repeats: int) -> list[float]:
-    """Median seconds of each function, called in turn (round robin) after two warm-up rounds."""
-    for _ in range(2):
-        for function in functions:
-            function()
-    times: list[list[float]] = [[] for _ in functions]
-    for _ in range(repeats):
-        for function, sink in zip(functions, times, strict=True):
-            started = time.perf_counter()
-            function()
-            sink.append(time.perf_counter() - started)
-    return [statistics.median(sink) for sink in times]
 
 
 def benchmark_model(
@@ -92,7 +78,7 @@ def benchmark_model(
         model.zero_grad(set_to_none=True)  # the measured first call starts without .grad, as after zero_grad()
         step(*batch)
         functions = [functools.partial(step, *batch), functools.partial(no_remat, *batch), eager_step]
-        compiled_time, no_remat_time, eager_time = interleaved_medians(functions, args.repeats)
+        compiled_time, no_remat_time, eager_time = interleaved_medians(functions, args.repeats, warmup_rounds=2)
         report = step.report()
         yield {
             "kind": "budget",
@@ -122,7 +108,9 @@ def executor_overhead(name: str, factory: Callable[[], Any], repeats: int) -> Ro
     def eager_step() -> None:
         loss_fn(eager_model, *batch).backward()
 
-    compiled_time, eager_time = interleaved_medians([functools.partial(step, *batch), eager_step], repeats)
+    compiled_time, eager_time = interleaved_medians(
+        [functools.partial(step, *batch), eager_step], repeats, warmup_rounds=2
+    )
     return {
         "kind": "overhead",
         "model": name,
@@ -180,7 +168,7 @@ def main() -> None:
     parser.add_argument("--overhead", action="store_true", help="the executor's overhead against eager, only")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per optimal solve")
     parser.add_argument("--repeats", type=int, default=15, help="timed steps per configuration")
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     add_row_arguments(parser)
     args = parser.parse_args()
     measure_or_load(args, "step_time_overhead" if args.overhead else "step_time", lambda: measure(args), render)

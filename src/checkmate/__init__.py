@@ -7,6 +7,7 @@ import ast
 import os
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.captured import Captured
 from checkmate.errors import (
     CaptureError,
@@ -26,7 +27,6 @@ from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simulate
 from checkmate.solve import solve
 from checkmate.strategies.feasibility import lower_bound, minimum_budget
-from checkmate.units import format_bytes, parse_bytes
 
 
 def capture(model: Any, loss_fn: Any, batch: Any, **options: Any) -> Captured:
@@ -75,9 +75,9 @@ compile.__doc__ = _docstring("compile_step.py", "compile") or compile.__doc__
 
 
 def max_batch(factory: Any, memory: int | str, **options: Any) -> MaxBatch:
-    """The largest batch size whose step trains within `memory`; see `checkmate.experiments.model_max_batch.max_batch`
+    """The largest batch size whose step trains within `memory`; see `checkmate.model_max_batch.max_batch`
     (imports torch)."""
-    from checkmate.experiments.model_max_batch import max_batch as search
+    from checkmate.model_max_batch import max_batch as search
 
     return search(factory, memory, **options)
 

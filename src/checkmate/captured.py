@@ -33,6 +33,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from checkmate.graph import Graph
+from checkmate.options import CostModel
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +90,7 @@ class Captured:
     gradients: tuple[str | None, ...]
     buffer_updates: tuple[str | None, ...]
     random_nodes: frozenset[int]
-    cost_model: str
+    cost_model: CostModel
     device: str
     region_outputs: tuple[str, ...] = ()
     attribute_reads: tuple[tuple[Any, str], ...] = ()

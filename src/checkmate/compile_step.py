@@ -20,6 +20,7 @@ from typing import Any
 
 from torch import nn
 
+from checkmate.byte_sizes import parse_budget
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
 from checkmate.executors import executor_named
@@ -37,7 +38,6 @@ from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import SingleProcess
 from checkmate.training.planning import Settings, plan_step, signature_of
-from checkmate.units import parse_budget
 
 
 def compile(

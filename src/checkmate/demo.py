@@ -27,10 +27,11 @@ from torch import nn
 
 import checkmate
 from checkmate import zoo
+from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
+from checkmate.options import CostModel, choices
 from checkmate.strategies.registry import strategies
 from checkmate.training.step_report import LABEL_WIDTH
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--method", default="optimal")
     parser.add_argument("--time-limit", type=float, default=60.0, help="seconds for the solver")
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     arguments = parser.parse_args(argv)
     torch.set_num_threads(1)
     model, loss_fn, batch = zoo.gpt(batch_size=16, length=32, dim=32, heads=2, layers=2, vocab=64)

@@ -11,6 +11,9 @@ from checkmate.errors import InvalidArgument
 CostModel = Literal["profile", "flops", "unit"]
 """How capture prices ops: measured time ("profile"), FLOPs, or one unit each."""
 
+FakeCostModel = Literal["flops", "unit"]
+"""The cost models that price a step on fake tensors (`checkmate.max_batch`): "profile" runs ops on real ones."""
+
 GradientMemory = Literal["whole_step", "when_made"]
 """When gradients count in the plan: held all through the step, or from the op that makes each."""
 
@@ -19,6 +22,13 @@ MeasureMemory = Literal["first", "every", "never"]
 
 ExecutorName = Literal["eager", "inductor"]
 """What runs a plan's schedule: ATen ops one by one, or Inductor-compiled functions (`checkmate.executors`)."""
+
+
+SolverName = Literal["highs", "scip", "gurobi", "portfolio"]
+"""A MILP backend of `checkmate.milp.backends` (installed or not)."""
+
+SolverChoice = Literal["auto", "highs", "scip", "gurobi", "portfolio"]
+"""The `backend` option of the searches: a `SolverName`, or "auto" (`checkmate.milp.backends.policy` picks)."""
 
 
 def choices(kind: Any) -> tuple[str, ...]:

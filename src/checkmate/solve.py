@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkmate import strategies as _strategies  # noqa: F401  (registers the built-in methods)
+from checkmate.byte_sizes import format_bytes, parse_budget, parse_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget, InvalidArgument, InvalidSchedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -19,7 +20,6 @@ from checkmate.progress_lines import INTERVAL, progress_lines
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.strategies.registry import call_strategy, check_options, option_names
-from checkmate.units import format_bytes, parse_budget, parse_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
     Args:
         graph: the training graph.
         budget: bytes (an int, or a string such as "512MiB" or "1.5GB"), or a float in (0, 1]: that fraction of the
-            peak with no recomputation (`checkmate.units.parse_budget`, as `checkmate.compile` reads it); fixed
+            peak with no recomputation (`checkmate.byte_sizes.parse_budget`, as `checkmate.compile` reads it); fixed
             memory included; None for no limit.
         method: a name from `checkmate methods` (for example "checkpoint_all", "chen_greedy", "optimal").
         **options: options of that method. A method that searches (optimal, approx) takes `time_limit`, the

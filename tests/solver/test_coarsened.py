@@ -16,7 +16,6 @@ import checkmate
 from checkmate.examples import random_training_graph, training_graph
 from checkmate.graph import Graph
 from checkmate.progress import Progress
-from checkmate.strategies import optimal as optimal_module
 from checkmate.strategies.policy import POLICY
 
 SMALL = {
@@ -76,7 +75,7 @@ def test_coarsened_plans_fit_their_budget_by_the_papers_equations(seed: int) -> 
 
 
 @pytest.mark.slow
-def test_time_left_goes_to_finer_coarse_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_time_left_goes_to_finer_coarse_graphs() -> None:
     """A 61-node graph at 50 % through a 6-node coarse graph: with the time the search has left, finer coarse graphs
     (9, 13, 19 and 28 nodes) find a cheaper plan than the 6-node one, as checked by the paper's equations; with
     `refine_minimum` out of reach (no finer graphs) the same call returns the 6-node path's plan."""
@@ -84,9 +83,9 @@ def test_time_left_goes_to_finer_coarse_graphs(monkeypatch: pytest.MonkeyPatch) 
     budget = int(0.5 * checkmate.solve(graph, None).peak_memory)
     costs = {}
     for minimum in (math.inf, 0.0):
-        monkeypatch.setattr(optimal_module, "POLICY", dataclasses.replace(POLICY, refine_minimum=minimum))
+        policy = dataclasses.replace(POLICY, refine_minimum=minimum)
         plan = checkmate.solve(
-            graph, budget, method="optimal", exact_nodes=20, coarse_nodes=6, time_limit=12, mip_gap=0.01
+            graph, budget, method="optimal", exact_nodes=20, coarse_nodes=6, time_limit=12, mip_gap=0.01, policy=policy
         )
         _check_with_oracle(plan, graph, budget)
         costs[minimum] = plan.cost

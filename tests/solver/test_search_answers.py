@@ -11,6 +11,7 @@ import time
 import pytest
 
 import checkmate
+from checkmate.byte_sizes import format_bytes
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.milp.formulation import encode
 from checkmate.milp.problem import MilpProblem
@@ -19,7 +20,6 @@ from checkmate.progress import SearchControl
 from checkmate.strategies import milp_search
 from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import best_baseline
-from checkmate.units import format_bytes
 
 
 def _peak(graph: checkmate.Graph) -> int:

@@ -24,7 +24,7 @@ from torch import nn
 import checkmate
 
 TIME_LIMIT = 5
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "fused-kernels.md"
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory", "fresh_dynamo")
 
@@ -104,7 +104,7 @@ def test_a_training_loop_through_the_backend_matches_eager(name: str) -> None:
 
 def _readme_backend_example() -> str:
     text = README.read_text()
-    section = text[text.index("### Your own loop: `torch.compile(model, backend=checkmate.backend(...))`") :]
+    section = text[text.index("## Your own loop: `torch.compile(model, backend=checkmate.backend(...))`") :]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert found is not None, "README's backend section has no Python example"
     return found.group(1)

@@ -19,8 +19,8 @@ import checkmate
 import checkmate.training.compiled
 import checkmate.training.planning
 from checkmate import CheckmateError, ExecutionError, zoo
+from checkmate.byte_sizes import resolve_budget
 from checkmate.execute import eager_peak
-from checkmate.units import resolve_budget
 
 TIME_LIMIT = 20
 MODELS: dict[str, Callable[[], Any]] = {

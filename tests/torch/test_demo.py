@@ -11,8 +11,8 @@ import torch
 
 import checkmate.training.compiled
 from checkmate import demo, zoo
+from checkmate.byte_sizes import parse_bytes
 from checkmate.execute import PeakMeter
-from checkmate.units import parse_bytes
 
 
 def test_demo_trains_bit_identical_to_eager_and_reports_measured_figures(

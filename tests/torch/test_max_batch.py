@@ -13,11 +13,11 @@ from torch import nn
 
 import checkmate
 from checkmate import InfeasibleBudget, solve, zoo
+from checkmate.byte_sizes import parse_bytes
 from checkmate.cli import main
 from checkmate.execute.memory import step_baseline, storage_bytes
 from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.torch_capture.fake_factory import fake_graph_at
-from checkmate.units import parse_bytes
 
 # Three 3x3 convolutions of 16 channels on 16x16 images: 19 planning nodes, and CPU convolution backward holds
 # kernel scratch (about 0.3 MiB at batch 8) that fake tensors do not see. Within 1 MiB the search on fake tensors

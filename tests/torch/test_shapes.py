@@ -23,7 +23,7 @@ import checkmate.torch_capture
 import checkmate.training.compiled
 import checkmate.training.distribution
 from checkmate import InfeasibleBudget, zoo
-from checkmate.units import resolve_budget
+from checkmate.byte_sizes import resolve_budget
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 

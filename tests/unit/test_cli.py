@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from checkmate import Graph, Plan, solve
+from checkmate.byte_sizes import parse_budget, resolve_budget
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.experiments.compare import compare, format_table
 from checkmate.strategies.registry import strategies
-from checkmate.units import parse_budget, resolve_budget
 
 
 @pytest.fixture
@@ -253,9 +253,9 @@ def test_capture_hands_its_arguments_to_the_capture_module(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[tuple[object, ...]] = []
-    fake = types.ModuleType("checkmate.torch_capture.cli")
+    fake = types.ModuleType("checkmate.cli.capture")
     fake.run_capture = lambda *arguments: calls.append(arguments) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "checkmate.torch_capture.cli", fake)
+    monkeypatch.setitem(sys.modules, "checkmate.cli.capture", fake)
     status, _, _ = run(
         ["capture", "models:resnet", "--out", "g.json", "--cost-model", "flops", "--max-nodes", "50"], capsys
     )

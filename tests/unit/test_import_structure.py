@@ -1,7 +1,8 @@
-"""No import cycles in the package: between modules, or between its folders (issue 19, item 1).
+"""No import cycles in the package, between modules or between its folders; and a core that imports no torch.
 
 Every import of a checkmate module counts, including those inside function bodies (an import deferred into a
-function to break a cycle is still a cycle). Run as a script to print the import graph's cycles:
+function to break a cycle is still a cycle, and one that reaches torch still needs torch). Run as a script to print
+the import graph's cycles and the torch-free modules that reach torch:
 
     .venv/bin/python tests/unit/test_import_structure.py
 """
@@ -16,6 +17,25 @@ from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "checkmate"
+# The core: planning on a graph, its searches, bounds, solvers and experiments run without torch installed.
+TORCH_FREE_FOLDERS = ("bounds", "coarsen", "experiments", "milp", "strategies")
+TORCH_FREE_MODULES = (
+    "captured",
+    "disk_cache",
+    "errors",
+    "examples",
+    "files",
+    "graph",
+    "json_cache",
+    "options",
+    "plan",
+    "progress",
+    "progress_lines",
+    "search_defaults",
+    "simulate",
+    "solve",
+    "byte_sizes",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -50,6 +70,52 @@ def module_graph() -> dict[str, set[str]]:
     known = set(found)
     graph = {name: set(imports(name, path, known)) - {PACKAGE} for name, path in found.items() if name != PACKAGE}
     return graph
+
+
+def imports_torch(path: Path) -> bool:
+    """Whether the module imports torch anywhere in its body (an import for type checking only does not count)."""
+    tree = ast.parse(path.read_text())
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "torch" for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "torch":
+            return True
+    return False
+
+
+def torch_free_modules() -> list[str]:
+    """The modules of the core, by dotted name."""
+    return sorted(
+        name
+        for name in modules()
+        if folder_of(name) in TORCH_FREE_FOLDERS or name.removeprefix(f"{PACKAGE}.") in TORCH_FREE_MODULES
+    )
+
+
+def reaching_torch(graph: dict[str, set[str]], found: dict[str, Path]) -> dict[str, list[str]]:
+    """Each torch-free module that reaches torch: the chain of imports from it to a module that imports torch."""
+    reached: dict[str, list[str]] = {}
+    for start in torch_free_modules():
+        chains = {start: [start]}
+        queue = [start]
+        while queue:
+            name = queue.pop(0)
+            if imports_torch(found[name]):
+                reached[start] = [*chains[name], "torch"]
+                break
+            for target in sorted(graph.get(name, ())):
+                if target not in chains:
+                    chains[target] = [*chains[name], target]
+                    queue.append(target)
+    return reached
 
 
 def folder_of(name: str) -> str:
@@ -116,7 +182,15 @@ def test_no_folder_imports_itself_through_others() -> None:
     assert cycles(folder_graph(module_graph())) == []
 
 
+def test_the_core_reaches_no_torch() -> None:
+    found = modules()
+    assert f"{PACKAGE}.experiments.batch_search" in torch_free_modules(), "the torch-free folders were found"
+    assert imports_torch(found[f"{PACKAGE}.torch_capture.trace"]) and not imports_torch(found[f"{PACKAGE}.captured"])
+    assert reaching_torch(module_graph(), found) == {}
+
+
 if __name__ == "__main__":
     graph = module_graph()
     print("module cycles:", cycles(graph) or "none")
     print("folder cycles:", cycles(folder_graph(graph)) or "none")
+    print("torch-free modules reaching torch:", reaching_torch(graph, modules()) or "none")

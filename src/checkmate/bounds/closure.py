@@ -51,12 +51,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from checkmate.bounds.gaps import last_use, memory_gaps, spanning_bytes, working_set
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import lp_backend
 from checkmate.milp.backends.policy import solver_time_limit
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from checkmate.milp.backends.policy import LP_BACKEND, solver_time_limit, too_li
 from checkmate.milp.formulation import decode, encode, encode_solution, moment_retained, moment_usage
 from checkmate.milp.problem import MilpProblem, SolveOptions
 from checkmate.milp.scaling import memory_scale
+from checkmate.options import SolverName
 from checkmate.plan import Plan, make_plan
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def peak_range(
     start_plan: Plan | None,
     *,
     time_limit: float,
-    backend: str = LP_BACKEND,
+    backend: SolverName = LP_BACKEND,
     load_seconds_per_variable: float = 0.0,
 ) -> BudgetRange:
     """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP that starts from

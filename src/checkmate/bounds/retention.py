@@ -56,13 +56,13 @@ from checkmate.bounds.gaps import (
     working_set,
 )
 from checkmate.bounds.input_cover import InputCover, input_cover
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import lp_backend
 from checkmate.milp.backends.policy import solver_time_limit, too_little_time
 from checkmate.milp.formulation import expand_ranges
 from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@
         [--max-extra-forward-passes 1.0] [--no-check] [--time-limit S] [--factory-option KEY=VALUE]
                                                        (TARGET: a model MODULE:FACTORY such as zoo:mobilenet)
 
-A budget (`--budget`) is read as `checkmate.compile` reads it (`units.parse_budget`): bytes (1000000), a size
+A budget (`--budget`) is read as `checkmate.compile` reads it (`byte_sizes.parse_budget`): bytes (1000000), a size
 (8GiB, 512MiB), or a fraction in (0, 1] of the peak without rematerialization (0.6: 0.6 times checkpoint_all's peak).
 
 Errors the user can fix (a bad graph, an unknown method, a budget no plan meets) print one line to stderr and
@@ -31,15 +31,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, InvalidSchedule
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
 from checkmate.files import write_file
 from checkmate.graph import Graph
+from checkmate.options import CostModel, FakeCostModel, GradientMemory, choices
 from checkmate.solve import solve
 from checkmate.strategies.registry import strategies
-from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 USAGE_ERROR = 2
 
@@ -118,12 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         "target", metavar="TARGET", help="the model to capture, as `checkmate.capture` reads it"
     )
     capture_parser.add_argument("--out", required=True, help="the graph JSON file to write")
-    capture_parser.add_argument("--cost-model", default="profile", choices=("profile", "flops", "unit"))
+    capture_parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
     capture_parser.add_argument("--max-nodes", type=int, help="merge ops until the graph has at most this many nodes")
     capture_parser.add_argument(
         "--gradient-memory",
         default="whole_step",
-        choices=("whole_step", "when_made"),
+        choices=choices(GradientMemory),
         help="count parameter gradients for the whole step (fixed memory) or from the node that makes each",
     )
     capture_parser.set_defaults(command=_capture)
@@ -145,7 +146,10 @@ def _parser() -> argparse.ArgumentParser:
         "(1.0: the paper's cap for its Figure 6); default no cap",
     )
     max_batch_parser.add_argument(
-        "--cost-model", default="flops", choices=("flops", "unit"), help="how the search prices ops on fake tensors"
+        "--cost-model",
+        default="flops",
+        choices=choices(FakeCostModel),
+        help="how the search prices ops on fake tensors",
     )
     max_batch_parser.add_argument(
         "--no-check",
@@ -288,7 +292,7 @@ def _table2(arguments: argparse.Namespace) -> int:
 
 def _capture(arguments: argparse.Namespace) -> int:
     try:
-        from checkmate.torch_capture.cli import run_capture
+        from checkmate.cli.capture import run_capture
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
         raise CheckmateError(f"capture is unavailable ({error}){hint}") from None

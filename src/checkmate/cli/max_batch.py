@@ -7,7 +7,7 @@ TARGET is a factory `MODULE:FACTORY` (`zoo:NAME` is short for `checkmate.zoo:NAM
 `--factory-option KEY=VALUE` for its other arguments (`width=0.25`). Each method's size is searched on fake tensors
 (`checkmate.experiments.batch_search`), then checked by compiling the real step at that size with
 `checkmate.compile`'s defaults (profiled costs, kernel scratch), stepping down while it does not fit
-(`checkmate.experiments.model_max_batch`); `--no-check` skips the check, for memories this machine cannot hold.
+(`checkmate.model_max_batch`); `--no-check` skips the check, for memories this machine cannot hold.
 Methods run in the order given, each starting its search at the largest batch size found so far. While one searches,
 a status line on stderr (a terminal only) shows the size being tried and the solver's phase; each method's row is
 printed when it finishes.
@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.cli.arguments import key_values
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, InfeasibleBudget
 from checkmate.experiments.batch_search import REFERENCE, GraphAt, MaxBatch, search_max_batch
 from checkmate.experiments.compare import accepted_options
 from checkmate.strategies.registry import get_strategy
-from checkmate.units import format_bytes, parse_bytes
 
 ZOO_PREFIX = "zoo:"
 DEFAULT_METHODS = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "optimal")
@@ -63,7 +63,7 @@ class Target:
 def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
     """Search each method's largest batch size for the target and print the table; returns 0."""
     try:
-        from checkmate.torch_capture.cli import load_factory
+        from checkmate.cli.capture import load_factory
         from checkmate.torch_capture.fake_factory import fake_graph_at
     except ImportError as error:
         hint = "; install torch: pip install 'checkmate-remat[torch]'" if (error.name or "").startswith("torch") else ""
@@ -107,7 +107,7 @@ def run_max_batch(arguments: argparse.Namespace, options: dict[str, Any]) -> int
 def _search(
     target: Target, memory: int, method: str, arguments: argparse.Namespace, options: dict[str, Any], *, start: int
 ) -> MaxBatchRow:
-    from checkmate.experiments.model_max_batch import check_by_compiling, compile_keywords
+    from checkmate.model_max_batch import check_by_compiling, compile_keywords
 
     solve_options = accepted_options(method, options)
     with ProgressDisplay() as display:

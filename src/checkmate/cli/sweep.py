@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CaptureError, InvalidArgument, InvalidGraph
 from checkmate.experiments.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
 from checkmate.experiments.sweep import (
@@ -46,7 +47,6 @@ from checkmate.experiments.tables import (
 )
 from checkmate.files import write_file
 from checkmate.graph import Graph
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def capture_target(target: str, batch_size: int | None) -> tuple[str, Graph]:
     factory's own default), with the flops cost model on fake tensors; returns its name ("vgg16_b256") and graph."""
     spec = "checkmate.zoo:" + target.removeprefix(ZOO_PREFIX) if target.startswith(ZOO_PREFIX) else target
     try:
-        from checkmate.torch_capture.cli import load_factory
+        from checkmate.cli.capture import load_factory
         from checkmate.torch_capture.fake_factory import fake_graph_at
     except ImportError as error:
         raise CaptureError(f"capturing {target} needs torch ({error}): pip install 'checkmate-remat[torch]'") from None

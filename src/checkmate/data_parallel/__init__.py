@@ -52,6 +52,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.captured import Captured
 from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, layout_buckets, tensor_bytes
 from checkmate.data_parallel.reducer import BucketedGradients, Reduction
@@ -63,7 +64,6 @@ from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import PlannedMemory, plan_memory, slotted_parameters
 from checkmate.training.planning import Compiled, Settings, plan_step, signature_of
 from checkmate.training.ranks import on_every_rank
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

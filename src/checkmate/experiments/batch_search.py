@@ -28,7 +28,7 @@ of the forward nodes); 1.0 is the paper's "at most one extra forward pass". It i
 ratio, so that it means the same under every cost model (flops in the search, profiled seconds in the check).
 
 The search and the check take functions of the batch size and import no torch; `checkmate.max_batch`
-(`checkmate.experiments.model_max_batch`, torch) builds them from a model factory.
+(`checkmate.model_max_batch`, torch) builds them from a model factory.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkmate.bounds import activation_floor
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.graph import Graph
 from checkmate.plan import Plan
 from checkmate.progress import Progress, ProgressCallback
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, option_names
-from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
 

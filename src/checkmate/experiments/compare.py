@@ -7,13 +7,14 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.errors import EXPECTED_FAILURES
 from checkmate.graph import Graph
+from checkmate.plan import PlanStatus
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, option_names, strategies
-from checkmate.units import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class ComparisonRow:
     peak_memory: int | None
     compute_ratio: float | None
     solve_time: float
-    status: str
+    status: PlanStatus | Literal["error"]
     error: str | None = None
 
 

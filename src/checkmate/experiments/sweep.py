@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -27,15 +27,17 @@ from checkmate.experiments.parallel import LocalRunner, Runner
 from checkmate.graph import Graph
 from checkmate.milp.formulation import build_index
 from checkmate.milp.scaling import memory_scale
+from checkmate.plan import PlanStatus
 from checkmate.solve import solve
 from checkmate.strategies.registry import get_strategy, strategies
 from checkmate.strategies.warm_start import lowest_peak_baseline
 
 log = logging.getLogger(__name__)
 
-# Row statuses besides a plan's own ("optimal", "feasible").
-INFEASIBLE = "infeasible"
-ERROR = "error"
+SweepStatus: TypeAlias = PlanStatus | Literal["infeasible", "error"]
+"""A row's status: its plan's, or why it has none."""
+INFEASIBLE: SweepStatus = "infeasible"
+ERROR: SweepStatus = "error"
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class SweepRow:
     cost: float | None
     peak_memory: int | None
     compute_ratio: float | None
-    status: str
+    status: SweepStatus
     seconds: float
     lower_bound: float | None = None
     gap: float | None = None

@@ -16,9 +16,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.experiments.compare import REFERENCE
 from checkmate.experiments.sweep import SweepRow
-from checkmate.units import format_bytes
 
 OPTIMAL = "optimal"
 

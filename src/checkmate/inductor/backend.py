@@ -43,6 +43,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils import _pytree as pytree
 
+from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.inductor.kernels import compile_kernels, example_value
@@ -55,7 +56,6 @@ from checkmate.simulate import lower
 from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import random_state_bytes
 from checkmate.torch_capture.joint import capture_joint
-from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from checkmate.captured import Captured
 from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.program import fetch_attribute
 from checkmate.inductor.kernels import NodeKernel
-from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
+from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from checkmate.execute.codegen import ScheduleItem, SegmentCall
 from checkmate.execute.memory import measure_peak
 from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, with_steps
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
+from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Step
-from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)

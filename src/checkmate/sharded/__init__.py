@@ -55,6 +55,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 import checkmate.sharded.fsdp2 as fsdp2
+from checkmate.byte_sizes import resolve_budget
 from checkmate.errors import ShardedTrainingError
 from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
@@ -73,7 +74,6 @@ from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import PlannedMemory
 from checkmate.training.planning import Compiled, Settings, signature_of
 from checkmate.training.ranks import on_every_rank
-from checkmate.units import resolve_budget
 
 log = logging.getLogger(__name__)
 

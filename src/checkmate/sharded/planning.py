@@ -32,6 +32,7 @@ from typing import Any
 from torch import nn
 
 import checkmate.sharded.fsdp2 as fsdp2
+from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.layout import unit_layout
@@ -40,7 +41,6 @@ from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memor
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
 from checkmate.training.ranks import on_every_rank
-from checkmate.units import format_bytes, resolve_budget
 
 log = logging.getLogger(__name__)
 

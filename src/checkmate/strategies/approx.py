@@ -50,8 +50,9 @@ def approx(
     memory_resolution: int = DEFAULT_RESOLUTION,
     progress: ProgressCallback | None = None,
     control: SearchControl | None = None,
-    exact_nodes: int = POLICY.exact_nodes,
-    coarse_nodes: int = POLICY.coarse_nodes,
+    exact_nodes: int | None = None,
+    coarse_nodes: int | None = None,
+    policy: SearchPolicy = POLICY,
 ) -> Plan:
     """Round LP relaxations, improve the best roundings by local search, and return the cheapest plan found.
 
@@ -63,8 +64,9 @@ def approx(
         time_limit: seconds for the whole call; when they run out, the best plan found so far.
         progress: called with a `checkmate.progress.Progress` whenever the best plan or the bound improves.
         control: the clock and stop flag of a caller that already has one (then time_limit and progress are its).
-        exact_nodes: the largest graph rounded as one LP.
-        coarse_nodes: nodes of the coarse graph for larger graphs.
+        exact_nodes: the largest graph rounded as one LP (None: the policy's).
+        coarse_nodes: nodes of the coarse graph for larger graphs (None: the policy's).
+        policy: how the search spends its time (`checkmate.strategies.policy.SearchPolicy`).
 
     Returns:
         The cheapest plan found within the budget, with the LP bound at the full budget as `lower_bound` (the
@@ -80,7 +82,11 @@ def approx(
         return make_plan(graph, plan.R, plan.S, method=METHOD, status="optimal", lower_bound=plan.cost)
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
-    policy = dataclasses.replace(POLICY, exact_nodes=exact_nodes, coarse_nodes=coarse_nodes)
+    policy = dataclasses.replace(
+        policy,
+        exact_nodes=policy.exact_nodes if exact_nodes is None else exact_nodes,
+        coarse_nodes=policy.coarse_nodes if coarse_nodes is None else coarse_nodes,
+    )
     settings = RoundingSettings(tuple(epsilons), tuple(thresholds), samples, seed, starts, improve, memory_resolution)
     rounding = partial(_rounding, settings=settings, policy=policy)
     exact = partial(_rounding_or_baseline, rounding, policy)

@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan, proven_status
-from checkmate.units import format_bytes
 
 
 def plan_from_s(graph: Graph, S: np.ndarray, *, method: str) -> Plan:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 
 from checkmate.bounds import BudgetRange, activation_floor, peak_range, relaxation_bound
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends.policy import LP_BACKEND
+from checkmate.options import SolverName
 from checkmate.progress import SearchControl
 from checkmate.strategies.policy import POLICY
 from checkmate.strategies.warm_start import lowest_peak_baseline
-from checkmate.units import format_bytes
 
 MINIMUM_BUDGET_TIME_LIMIT = 10.0
 # Above this many nodes the peak-minimising MILP (O(T^2) variables) takes longer to load than its time limit;
@@ -24,7 +25,7 @@ MINIMUM_BUDGET_MILP_NODES = 200
 
 
 def minimum_budget(
-    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: str = LP_BACKEND
+    graph: Graph, *, time_limit: float = MINIMUM_BUDGET_TIME_LIMIT, backend: SolverName = LP_BACKEND
 ) -> BudgetRange:
     """Bracket the smallest budget for which any schedule exists by minimising the peak with a MILP (graphs of up to
     MINIMUM_BUDGET_MILP_NODES nodes; larger ones get the activation floor and the lowest baseline peak).

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from checkmate.bounds import activation_floor, retention_bound
+from checkmate.byte_sizes import format_bytes
 from checkmate.coarsen import choose_partition, coarsen, expand_plan
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
@@ -45,7 +46,6 @@ from checkmate.strategies.hold_more import hold_more, swap_holds
 from checkmate.strategies.policy import SearchPolicy
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import best_baseline, unproven_infeasibility
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import milp_backend
 from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
+from checkmate.options import SolverChoice
 from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.common import final_plan
@@ -34,7 +36,6 @@ from checkmate.strategies.lp_rounding import RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import unproven_infeasibility
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 class MilpSettings:
     """The solver options of `optimal`, handed on to the MILP of a coarse graph."""
 
-    backend: str = "auto"
+    backend: SolverChoice = "auto"
     mip_gap: float = 1e-4
     threads: int | None = None
     verbose: bool = False

@@ -16,13 +16,14 @@ from checkmate.bounds import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import check_backend_name
 from checkmate.milp.scaling import DEFAULT_RESOLUTION
+from checkmate.options import SolverChoice
 from checkmate.plan import Plan, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.feasibility import infeasible_budget, message_time
 from checkmate.strategies.large_graph import Method, search
 from checkmate.strategies.milp_search import MilpSettings, solve_milp
-from checkmate.strategies.policy import POLICY
+from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.registry import register
 
 METHOD = "optimal"
@@ -42,7 +43,7 @@ def optimal(
     graph: Graph,
     budget: int | None,
     *,
-    backend: str = "auto",
+    backend: SolverChoice = "auto",
     time_limit: float | None = None,
     mip_gap: float = 1e-4,
     threads: int | None = None,
@@ -50,8 +51,9 @@ def optimal(
     seed: int = 0,
     warm_start: bool = True,
     memory_resolution: int = DEFAULT_RESOLUTION,
-    exact_nodes: int = POLICY.exact_nodes,
-    coarse_nodes: int = POLICY.coarse_nodes,
+    exact_nodes: int | None = None,
+    coarse_nodes: int | None = None,
+    policy: SearchPolicy = POLICY,
     progress: ProgressCallback | None = None,
     control: SearchControl | None = None,
 ) -> Plan:
@@ -71,8 +73,9 @@ def optimal(
         threads, verbose, seed: passed to the solver.
         warm_start: hand the best baseline plan to the solver as its first incumbent (it is the fallback either way).
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
-        exact_nodes: the largest graph solved as one MILP.
-        coarse_nodes: nodes of the coarse graph for larger graphs.
+        exact_nodes: the largest graph solved as one MILP (None: the policy's).
+        coarse_nodes: nodes of the coarse graph for larger graphs (None: the policy's).
+        policy: how the search spends its time (`checkmate.strategies.policy.SearchPolicy`).
         progress: called with a `checkmate.progress.Progress` as the search goes.
         control: the clock and stop flag of a caller that already has one (then time_limit and progress are its).
 
@@ -85,7 +88,11 @@ def optimal(
         return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
-    policy = dataclasses.replace(POLICY, exact_nodes=exact_nodes, coarse_nodes=coarse_nodes)
+    policy = dataclasses.replace(
+        policy,
+        exact_nodes=policy.exact_nodes if exact_nodes is None else exact_nodes,
+        coarse_nodes=policy.coarse_nodes if coarse_nodes is None else coarse_nodes,
+    )
     settings = MilpSettings(backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution)
     method = Method(
         name=METHOD,

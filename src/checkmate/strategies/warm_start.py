@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget, MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting
 from checkmate.progress import SearchControl
 from checkmate.strategies.registry import call_strategy, option_names, strategies
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

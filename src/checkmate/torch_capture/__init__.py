@@ -12,7 +12,7 @@ Stages, each a function of the previous one's output:
 3. `costs` / `profile`: price each op ("unit", "flops" or "profile").
 4. `fusion` (with `fused=True`): ops that Inductor fuses into one kernel become one node.
 5. `merge` (when `max_nodes` is given): merge cheap neighbouring nodes.
-6. `layout`: edges, exported values and memory of each planning node, and the fixed memory.
+6. `planning_nodes`: edges, exported values and memory of each planning node, and the fixed memory.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ import torch
 from torch import nn
 
 from checkmate.captured import Captured
-from checkmate.errors import InvalidArgument
 from checkmate.graph import Graph
+from checkmate.options import CostModel, GradientMemory, check_choice
 from checkmate.torch_capture.costs import check_cost_model, flops_per_op, group_costs, unit_per_op
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
-from checkmate.torch_capture.layout import Layout, build_layout
 from checkmate.torch_capture.lean_backward import lean_backward as rewrite_lean_backward
 from checkmate.torch_capture.merge import merge_groups
-from checkmate.torch_capture.profile import OpProfile, profile_per_op
+from checkmate.torch_capture.planning_nodes import PlanningNodes, build_planning_nodes
+from checkmate.torch_capture.profile import DEFAULT_REPEATS, OpProfile, ProfileRepeats, profile_per_op
 from checkmate.torch_capture.trace import LossFunction, Trace, flatten_batch, trace_step
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,13 @@ def capture(
     loss_fn: LossFunction,
     batch: Sequence[Any],
     *,
-    cost_model: str = "profile",
+    cost_model: CostModel = "profile",
     max_nodes: int | None = None,
     optimizer_state_bytes: int = 0,
-    gradient_memory: str = "whole_step",
+    gradient_memory: GradientMemory = "whole_step",
     fused: bool = False,
     lean_backward: bool = False,
+    profile_repeats: ProfileRepeats = DEFAULT_REPEATS,
 ) -> Captured:
     """Capture one training step of `model` as a planning graph and the fx graph that executes it.
 
@@ -74,6 +75,7 @@ def capture(
             kernel, its inner values not counted. For plans that `checkmate.inductor` runs.
         lean_backward: let ReLU and max-pooling backward read a 1-byte mask and a shape instead of forward tensors
             (`checkmate.torch_capture.lean_backward`): lower floors, more compute.
+        profile_repeats: how many runs the "profile" cost model times (`checkmate.torch_capture.profile`).
 
     Raises:
         CaptureError: the step cannot be traced or planned; the message names the op and the fix.
@@ -85,24 +87,25 @@ def capture(
     groups = absorb_short_lived_outputs(trace.module.graph, assign_groups(trace.module.graph), trace.loss)
     if fused:
         groups = fuse_groups(trace.module.graph, groups, trace.loss)
-    per_op = _per_op_costs(trace, groups, model, batch, cost_model)
+    per_op = _per_op_costs(trace, groups, model, batch, cost_model, profile_repeats)
     retain_gradients = gradient_memory == "when_made"
     device = model_device(model)
 
-    def lay_out(groups: list[list[str]]) -> Layout:
+    def plan_nodes(groups: list[list[str]]) -> PlanningNodes:
         costs = group_costs(groups, per_op.costs)
-        return _layout(trace, groups, costs, per_op.scratch_bytes, optimizer_state_bytes, retain_gradients, device)
+        scratch = per_op.scratch_bytes
+        return _planning_nodes(trace, groups, costs, scratch, optimizer_state_bytes, retain_gradients, device)
 
-    layout = lay_out(groups)
-    if max_nodes is not None and layout.graph.size > max_nodes:
-        layout = lay_out(merge_groups(layout.graph, groups, max_nodes))
+    nodes = plan_nodes(groups)
+    if max_nodes is not None and nodes.graph.size > max_nodes:
+        nodes = plan_nodes(merge_groups(nodes.graph, groups, max_nodes))
     log.info(
         "captured %d planning nodes from %d fx nodes in %.2f s",
-        layout.graph.size,
+        nodes.graph.size,
         len(trace.module.graph.nodes),
         time.perf_counter() - started,
     )
-    return _captured(trace, layout, cost_model, device)
+    return _captured(trace, nodes, cost_model, device)
 
 
 def trace_prepared(
@@ -118,14 +121,14 @@ def trace_prepared(
 
 
 def capture_as(
-    like: Captured, trace: Trace, *, optimizer_state_bytes: int, gradient_memory: str, device: torch.device
+    like: Captured, trace: Trace, *, optimizer_state_bytes: int, gradient_memory: GradientMemory, device: torch.device
 ) -> Captured:
     """The step of `trace` (`trace_prepared`) in `like`'s planning nodes, priced by `like`'s costs, without measuring
     anything: `like` is a capture of the same step for other batch shapes, and `trace` must have its structure
     (`checkmate.torch_capture.structure.structure_difference`). Sizes are the trace's own. Profiled kernel scratch
     is not measured at this shape: with `like` profiled, each node holds at least `like`'s workspace while it runs
     (the bound for a trace whose sizes are no larger)."""
-    layout = _layout(
+    nodes = _planning_nodes(
         trace,
         [list(names) for names in like.members],
         like.graph.costs.tolist(),
@@ -135,8 +138,8 @@ def capture_as(
         device,
     )
     if like.cost_model == "profile":
-        layout = dataclasses.replace(layout, graph=_with_workspace_of(layout.graph, like.graph))
-    return _captured(trace, layout, like.cost_model, device)
+        nodes = dataclasses.replace(nodes, graph=_with_workspace_of(nodes.graph, like.graph))
+    return _captured(trace, nodes, like.cost_model, device)
 
 
 def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
@@ -151,12 +154,12 @@ def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
     return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
-def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.device) -> Captured:
+def _captured(trace: Trace, nodes: PlanningNodes, cost_model: CostModel, device: torch.device) -> Captured:
     return Captured(
-        graph=layout.graph,
+        graph=nodes.graph,
         module=trace.module,
-        members=layout.members,
-        exports=layout.exports,
+        members=nodes.members,
+        exports=nodes.exports,
         parameter_names=trace.parameter_names,
         buffer_names=trace.buffer_names,
         batch_shapes=trace.batch_shapes,
@@ -168,19 +171,15 @@ def _captured(trace: Trace, layout: Layout, cost_model: str, device: torch.devic
         input_gradients=trace.input_gradients,
         loss_output=trace.loss_output,
         region_outputs=trace.outputs,
-        random_nodes=layout.random_nodes,
+        random_nodes=nodes.random_nodes,
         cost_model=cost_model,
         device=str(device),
     )
 
 
-GRADIENT_MEMORY_CHOICES = ("whole_step", "when_made")
-
-
 def check_gradient_memory(gradient_memory: str) -> None:
-    """Raise InvalidArgument unless `gradient_memory` is one of GRADIENT_MEMORY_CHOICES."""
-    if gradient_memory not in GRADIENT_MEMORY_CHOICES:
-        raise InvalidArgument(f"gradient_memory must be one of {GRADIENT_MEMORY_CHOICES}, got {gradient_memory!r}")
+    """Raise InvalidArgument unless `gradient_memory` is a `GradientMemory` (compile_step.py calls it too)."""
+    check_choice("gradient_memory", gradient_memory, GradientMemory)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -191,7 +190,12 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def _per_op_costs(
-    trace: Trace, groups: list[list[str]], model: nn.Module, batch: Sequence[Any], cost_model: str
+    trace: Trace,
+    groups: list[list[str]],
+    model: nn.Module,
+    batch: Sequence[Any],
+    cost_model: CostModel,
+    repeats: ProfileRepeats,
 ) -> OpProfile:
     """Cost per fx op, and its scratch bytes (measured by "profile" only; the other cost models run nothing)."""
     if cost_model == "unit":
@@ -200,10 +204,10 @@ def _per_op_costs(
         return OpProfile(costs=flops_per_op(trace.module, find_owners(trace.module.graph).allocating), scratch_bytes={})
     state = dict(model.named_parameters()) | dict(model.named_buffers())
     inputs = [state[name] for name in (*trace.parameter_names, *trace.buffer_names)]
-    return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model))
+    return profile_per_op(trace.module, [*inputs, *flatten_batch(batch)[0]], model_device(model), repeats)
 
 
-def _layout(
+def _planning_nodes(
     trace: Trace,
     groups: list[list[str]],
     costs: Sequence[float],
@@ -211,10 +215,10 @@ def _layout(
     optimizer_state_bytes: int,
     retain_gradients: bool,
     device: torch.device,
-) -> Layout:
+) -> PlanningNodes:
     gradients = (*trace.gradients, *trace.input_gradients)
     leaving = (trace.loss, *gradients, *trace.buffer_updates, *trace.outputs)
-    return build_layout(
+    return build_planning_nodes(
         trace.module,
         groups,
         costs,

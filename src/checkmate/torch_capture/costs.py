@@ -18,11 +18,12 @@ from torch.utils import _pytree as pytree
 from torch.utils.flop_counter import flop_registry
 
 from checkmate.errors import CaptureError
+from checkmate.options import CostModel, choices
 from checkmate.torch_capture.sizes import tensors_of
 
 log = logging.getLogger(__name__)
 
-COST_MODELS = ("profile", "flops", "unit")
+COST_MODELS = choices(CostModel)
 
 # Ops PyTorch's counter has no entry for, mapped to an op whose formula reads the same leading arguments.
 _SAME_FORMULA: dict[Any, Any] = {
@@ -34,7 +35,7 @@ _SAME_FORMULA: dict[Any, Any] = {
 
 
 def check_cost_model(cost_model: str) -> None:
-    """Raise CaptureError unless `cost_model` is one of COST_MODELS."""
+    """Raise CaptureError unless `cost_model` is a `CostModel`."""
     if cost_model not in COST_MODELS:
         raise CaptureError(f"unknown cost_model {cost_model!r}: choose one of {', '.join(COST_MODELS)}")
 

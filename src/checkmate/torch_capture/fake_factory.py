@@ -17,14 +17,12 @@ from typing import Any
 
 from checkmate.errors import CaptureError
 from checkmate.graph import Graph
+from checkmate.options import FakeCostModel, choices
 from checkmate.torch_capture import capture
-
-# "profile" times ops on real tensors, which a fake factory does not have.
-FAKE_COST_MODELS = ("flops", "unit")
 
 
 def fake_graph_at(
-    factory: Callable[..., Any], *, cost_model: str = "flops", **factory_options: Any
+    factory: Callable[..., Any], *, cost_model: FakeCostModel = "flops", **factory_options: Any
 ) -> Callable[[int], Graph]:
     """A function from batch size to the planning graph of `factory(batch_size=n, **factory_options)`'s step.
 
@@ -39,9 +37,10 @@ def fake_graph_at(
     Raises:
         CaptureError: a cost model that needs real tensors, or a factory that does not return a training step.
     """
-    if cost_model not in FAKE_COST_MODELS:
+    if cost_model not in choices(FakeCostModel):
         raise CaptureError(
-            f"cost model {cost_model!r} cannot price a step on fake tensors; use one of {', '.join(FAKE_COST_MODELS)}"
+            f"cost model {cost_model!r} cannot price a step on fake tensors; "
+            f"use one of {', '.join(choices(FakeCostModel))}"
         )
 
     @functools.cache

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from checkmate.torch_capture.layout import is_random
+from checkmate.torch_capture.planning_nodes import is_random
 
 # Ops Inductor calls as library kernels on CPU and CUDA, by the ATen name's stem: nothing fuses into them.
 EXTERN_KERNELS = ("convolution", "mm", "addmm", "bmm", "baddbmm", "scaled_dot_product", "attention", "linear")

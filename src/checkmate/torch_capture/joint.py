@@ -7,9 +7,10 @@ the backward runs); its outputs are the forward outputs (the region's outputs an
 and then a gradient, or None, per primal.
 
 `capture_joint` turns that graph into a `Captured` with the capture stages of `checkmate.capture` (grouping into
-nodes, fused as Inductor fuses, FLOP costs, layout). The forward outputs play the loss's part: they leave the region
-when the forward ends, so they are fixed memory, and the last of them is where the forward ends. The gradients leave
-it when the backward ends, so each is retained from the node that makes it (as with `gradient_memory="when_made"`).
+nodes, fused as Inductor fuses, FLOP costs, planning nodes). The forward outputs play the loss's part: they leave the
+region when the forward ends, so they are fixed memory, and the last of them is where the forward ends. The gradients
+leave it when the backward ends, so each is retained from the node that makes it (as with
+`gradient_memory="when_made"`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from checkmate.errors import CaptureError
 from checkmate.torch_capture.costs import flops_per_op, group_costs
 from checkmate.torch_capture.fusion import fuse_groups
 from checkmate.torch_capture.grouping import absorb_short_lived_outputs, assign_groups, find_owners, prepare_graph
-from checkmate.torch_capture.layout import build_layout
+from checkmate.torch_capture.planning_nodes import build_planning_nodes
 
 
 def capture_joint(
@@ -41,7 +42,7 @@ def capture_joint(
         forward_outputs: fx names of its forward outputs, in order.
         gradients: the fx name of each primal's gradient, or None.
         device: where it runs.
-        random_state_bytes: bytes of the generator state saved per random node (see `build_layout`).
+        random_state_bytes: bytes of the generator state saved per random node (see `build_planning_nodes`).
 
     Raises:
         CaptureError: no forward output is computed by the graph (nothing to plan).
@@ -56,7 +57,7 @@ def capture_joint(
     groups = absorb_short_lived_outputs(module.graph, assign_groups(module.graph), end_of_forward)
     groups = fuse_groups(module.graph, groups, end_of_forward)
     made = frozenset(name for name in gradients if name is not None)
-    layout = build_layout(
+    planned = build_planning_nodes(
         module,
         groups,
         group_costs(groups, flops_per_op(module, find_owners(module.graph).allocating)),
@@ -67,10 +68,10 @@ def capture_joint(
         random_state_bytes=random_state_bytes,
     )
     return Captured(
-        graph=layout.graph,
+        graph=planned.graph,
         module=module,
-        members=layout.members,
-        exports=layout.exports,
+        members=planned.members,
+        exports=planned.exports,
         parameter_names=(),
         buffer_names=(),
         batch_shapes=(),
@@ -78,7 +79,7 @@ def capture_joint(
         loss=end_of_forward,
         gradients=tuple(gradients),
         buffer_updates=(),
-        random_nodes=layout.random_nodes,
+        random_nodes=planned.random_nodes,
         cost_model="flops",
         device=str(device),
         region_outputs=tuple(forward_outputs),

@@ -3,8 +3,8 @@
 How it is measured: the whole joint graph is run op by op in execution order, on real tensors
 (parameters, buffers and the example batch; intermediate values are allocated one op at a time and
 freed after their last use, as in a training step, so caches are as warm or cold as they are in the
-step): `WARMUP` untimed runs, then timed runs until the step's total (the sum of the per-op medians)
-moves by at most `SETTLED` between two runs, at least `MIN_REPEATS` and at most `MAX_REPEATS` of them.
+step): `ProfileRepeats.warmup` untimed runs, then timed runs until the step's total (the sum of the per-op medians)
+moves by at most `settled` between two runs, at least `minimum` and at most `maximum` of them.
 Every op that allocates memory is timed in every timed run, and its cost is the median of its runs,
 in seconds. Each run is a whole training step, so on a large model profiling takes as long as tens of
 steps; the plan needs costs relative to each other, which settle after a few runs. On the graph set's
@@ -53,18 +53,33 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
+from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.progress_lines import work_lines
 from checkmate.torch_capture.allocator import allocation_events, event_tree, memory_profile, walk
 from checkmate.torch_capture.grouping import find_owners
-from checkmate.torch_capture.json_cache import finite_number, merge_entries, read_entries
 from checkmate.torch_capture.strides import conform_layout, traced_stride
 
 log = logging.getLogger(__name__)
 
-WARMUP = 1
-MIN_REPEATS = 3
-MAX_REPEATS = 11
-SETTLED = 0.02
+
+@dataclass(frozen=True)
+class ProfileRepeats:
+    """How many times the "profile" cost model runs the step (see the module docstring).
+
+    Attributes:
+        warmup: untimed runs first.
+        minimum: the fewest timed runs.
+        maximum: the most timed runs.
+        settled: timing stops once the step's total moves by at most this fraction between two timed runs.
+    """
+
+    warmup: int = 1
+    minimum: int = 3
+    maximum: int = 11
+    settled: float = 0.02
+
+
+DEFAULT_REPEATS = ProfileRepeats()
 
 _SPAN_PREFIX = "checkmate::"
 
@@ -141,8 +156,14 @@ def op_signature(node: torch.fx.Node, args: Any, kwargs: Any) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def profile_per_op(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device) -> OpProfile:
-    """Seconds and scratch bytes per call node of `module` run on `inputs` (cached measurements are reused)."""
+def profile_per_op(
+    module: torch.fx.GraphModule,
+    inputs: Sequence[torch.Tensor],
+    device: torch.device,
+    repeats: ProfileRepeats = DEFAULT_REPEATS,
+) -> OpProfile:
+    """Seconds and scratch bytes per call node of `module` run on `inputs` (cached measurements are reused), timed
+    as `repeats` says."""
     allocating = find_owners(module.graph).allocating
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
         signatures = {node.name: op_signature(node, args, kwargs) for node, args, kwargs in _run(module, inputs, None)}
@@ -151,8 +172,8 @@ def profile_per_op(module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
                 cache_directory() / f"{device_key(device)}.json",
                 signatures,
                 allocating,
-                lambda missing, tally: _time(module, inputs, device, missing, tally),
-                _Tally(f"profiling op times on {device.type}", len(signatures), WARMUP + MAX_REPEATS),
+                lambda missing, tally: _time(module, inputs, device, missing, tally, repeats),
+                _Tally(f"profiling op times on {device.type}", len(signatures), repeats.warmup + repeats.maximum),
             )
         scratch = _cached(
             cache_directory() / f"scratch-{device_key(device, torch.get_num_threads())}.json",
@@ -184,24 +205,30 @@ def _cached(
 
 
 def _time(
-    module: torch.fx.GraphModule, inputs: Sequence[torch.Tensor], device: torch.device, missing: set[str], tally: _Tally
+    module: torch.fx.GraphModule,
+    inputs: Sequence[torch.Tensor],
+    device: torch.device,
+    missing: set[str],
+    tally: _Tally,
+    repeats: ProfileRepeats,
 ) -> dict[str, float]:
-    """Median seconds of each op in `missing` over timed passes after `WARMUP` passes, until their total settles
-    (see the module doc)."""
+    """Median seconds of each op in `missing` over timed passes after `repeats.warmup` passes, until their total
+    settles (see the module doc)."""
     timer = _cuda_timer if device.type == "cuda" else _cpu_timer
-    for _ in range(WARMUP):
+    for _ in range(repeats.warmup):
         for _ in _run(module, inputs, timer, tally):
             pass
     timings: dict[str, list[float]] = {name: [] for name in missing}
     total = None
-    for repeat in range(1, MAX_REPEATS + 1):
+    for repeat in range(1, repeats.maximum + 1):
         for node, seconds in _run(module, inputs, timer, tally):
             if node.name in missing:
                 timings[node.name].append(seconds)
         medians = {name: statistics.median(values) for name, values in timings.items()}
         previous, total = total, sum(medians.values())
         log.debug("profile: timed run %d, the step's total %.6g s", repeat, total)
-        if repeat >= MIN_REPEATS and previous is not None and abs(total - previous) <= SETTLED * total:
+        settled = previous is not None and abs(total - previous) <= repeats.settled * total
+        if repeat >= repeats.minimum and settled:
             log.info("profile: op times settled after %d timed runs", repeat)
             break
     return medians

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkmate.options import CostModel, GradientMemory
+
 
 @dataclass(frozen=True)
 class CaptureOptions:
@@ -21,8 +23,8 @@ class CaptureOptions:
         lean_backward: let ReLU and max-pool backward read a mask and a shape instead of forward tensors.
     """
 
-    cost_model: str = "profile"
+    cost_model: CostModel = "profile"
     max_nodes: int | None = None
-    gradient_memory: str = "whole_step"
+    gradient_memory: GradientMemory = "whole_step"
     fused: bool = False
     lean_backward: bool = False

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
 from checkmate.execute.gradients import WithBatchGradients
@@ -43,7 +44,6 @@ from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, in_bytes, signature_of
 from checkmate.training.shape_reuse import describe, reuse_plan
 from checkmate.training.step_report import StepReport
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CheckmateError, InvalidSchedule
 from checkmate.files import write_file
 from checkmate.graph import Graph
+from checkmate.options import CostModel
 from checkmate.plan import Plan
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def cache_directory() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "checkmate" / "plans"
 
 
-def graph_fingerprint(graph: Graph, *, cost_model: str) -> str:
+def graph_fingerprint(graph: Graph, *, cost_model: CostModel) -> str:
     """sha256 of the graph JSON, without profiled costs (they vary from run to run; the plan stays valid)."""
     data = json.loads(graph.to_json())
     if cost_model == "profile":
@@ -57,7 +58,7 @@ def graph_fingerprint(graph: Graph, *, cost_model: str) -> str:
 
 
 def plan_key(
-    graph: Graph, *, budget: int | None, method: str, options: dict[str, Any], cost_model: str, device: str
+    graph: Graph, *, budget: int | None, method: str, options: dict[str, Any], cost_model: CostModel, device: str
 ) -> str:
     """The cache key of a plan: everything that decides which problem `solve` solves (not how hard it tries)."""
     text = json.dumps(
@@ -91,7 +92,7 @@ def cached_solve(
     key: str,
     graph: Graph,
     *,
-    cost_model: str,
+    cost_model: CostModel,
     budget: int | None,
     options: Mapping[str, Any],
     solve: Callable[[], Plan],
@@ -127,7 +128,7 @@ def cached_solve(
     return plan
 
 
-def load_cached(key: str, graph: Graph, *, cost_model: str, budget: int | None = None) -> CachedPlan | None:
+def load_cached(key: str, graph: Graph, *, cost_model: CostModel, budget: int | None = None) -> CachedPlan | None:
     """The cache entry for `key`, or None when there is none, or when it is damaged or does not fit `graph` and
     `budget` (then logged, and the file removed)."""
     path = cache_directory() / f"{key}.json"
@@ -147,7 +148,7 @@ def load_cached(key: str, graph: Graph, *, cost_model: str, budget: int | None =
 
 
 def store_cached(
-    key: str, plan: Plan, graph: Graph, *, cost_model: str, effort: Mapping[str, float | None]
+    key: str, plan: Plan, graph: Graph, *, cost_model: CostModel, effort: Mapping[str, float | None]
 ) -> Path | None:
     """Write `plan` into the cache under `key` with the effort that found it (`spent_effort`); returns the file, or
     None when the cache cannot be written (logged: the plan is still good, only not cached)."""
@@ -210,7 +211,7 @@ def write_plan(
     plan: Plan,
     graph: Graph,
     *,
-    cost_model: str,
+    cost_model: CostModel,
     effort: Mapping[str, float | None] | None = None,
 ) -> None:
     """Save `plan` with the fingerprint of the graph it was made for and the effort that found it (atomically)."""
@@ -225,7 +226,7 @@ def write_plan(
     write_file(target, json.dumps(document))
 
 
-def read_plan(path: str | os.PathLike[str], graph: Graph, *, cost_model: str, budget: int | None = None) -> Plan:
+def read_plan(path: str | os.PathLike[str], graph: Graph, *, cost_model: CostModel, budget: int | None = None) -> Plan:
     """Load a plan saved by `write_plan` for `graph`, checked by simulation to fit `budget` bytes (None: any peak).
 
     Raises:
@@ -239,7 +240,9 @@ def _document(path: str | os.PathLike[str]) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def _plan_of(document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_model: str, budget: int | None) -> Plan:
+def _plan_of(
+    document: Any, path: str | os.PathLike[str], graph: Graph, *, cost_model: CostModel, budget: int | None
+) -> Plan:
     """The plan in a document `write_plan` wrote, checked to be for `graph` and to fit `budget` (see `read_plan`)."""
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckmateError(f"{path} is not a checkmate plan file (format {FORMAT!r})")

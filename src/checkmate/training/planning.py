@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from checkmate import disk_cache, progress_lines
+from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
@@ -36,7 +37,6 @@ from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training import plan_cache
 from checkmate.training.capture_options import CaptureOptions
-from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from torch import nn
 
+from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.execute.program import prepare
 from checkmate.plan import make_plan
 from checkmate.simulate import lower
@@ -32,7 +33,6 @@ from checkmate.torch_capture import capture_as, model_device, trace_prepared
 from checkmate.torch_capture.structure import structure_difference
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import BatchSignature, Compiled, Settings, signature_of
-from checkmate.units import format_bytes, resolve_budget
 
 Shapes = tuple[tuple[tuple[int, ...], str], ...]
 

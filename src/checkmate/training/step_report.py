@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from checkmate.byte_sizes import format_bytes
+from checkmate.options import CostModel
 from checkmate.plan import PlanStatus, describe_status
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class StepReport:
     method: str
     status: PlanStatus
     gap: float | None
-    cost_model: str
+    cost_model: CostModel
     nodes: int
     no_remat_peak: int
     budget: int

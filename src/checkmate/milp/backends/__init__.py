@@ -10,18 +10,19 @@ from checkmate.milp.backends.policy import LP_BACKEND
 from checkmate.milp.backends.policy import choose_backend as _choose_backend
 from checkmate.milp.backends.portfolio import PortfolioBackend
 from checkmate.milp.backends.scip import ScipBackend
+from checkmate.options import SolverChoice, SolverName
 
-_BACKENDS: dict[str, MilpBackend] = {
+_BACKENDS: dict[SolverName, MilpBackend] = {
     backend.name: backend for backend in (HighsBackend(), ScipBackend(), GurobiBackend(), PortfolioBackend())
 }
 
 
-def backend_names() -> tuple[str, ...]:
+def backend_names() -> tuple[SolverName, ...]:
     """Every known backend name, installed or not."""
     return tuple(_BACKENDS)
 
 
-def available_backends() -> tuple[str, ...]:
+def available_backends() -> tuple[SolverName, ...]:
     """The backends whose package is installed (no licence is taken)."""
     return tuple(name for name, backend in _BACKENDS.items() if backend.is_available())
 
@@ -44,7 +45,7 @@ def get_backend(name: str) -> MilpBackend:
     return backend
 
 
-def milp_backend(name: str, num_variables: int) -> MilpBackend:
+def milp_backend(name: SolverChoice, num_variables: int) -> MilpBackend:
     """The backend that solves a MILP of `num_variables` variables when the user asked for `name` ("auto" resolves
     by `checkmate.milp.backends.policy`)."""
     return get_backend(_choose_backend(name, num_variables, available_backends))

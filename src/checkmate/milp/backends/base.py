@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions
+from checkmate.options import SolverName
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ class MilpBackend(Protocol):
     limits as a SolveStatus, never as an exception; `start` is an optional feasible point (a warm start).
     """
 
-    name: str
+    name: SolverName
 
     def is_available(self) -> bool: ...
 

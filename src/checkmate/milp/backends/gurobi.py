@@ -12,6 +12,7 @@ import numpy as np
 
 from checkmate.errors import SolverUnavailable
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.options import SolverName
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 class GurobiBackend:
     """Gurobi. `is_available` only looks for the package; the licence is checked when a solve starts."""
 
-    name = "gurobi"
+    name: SolverName = "gurobi"
 
     @functools.cache  # noqa: B019  (one instance per process; the answer never changes)
     def is_available(self) -> bool:

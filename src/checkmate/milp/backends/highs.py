@@ -29,6 +29,7 @@ from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.base import SolverHooks
 from checkmate.milp.backends.detached import solve_detached
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.options import SolverName
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 class HighsBackend:
     """The HiGHS MIP and LP solver (bundled with the package)."""
 
-    name = "highs"
+    name: SolverName = "highs"
 
     @functools.cache  # noqa: B019  (one instance per process; the answer never changes)
     def is_available(self) -> bool:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-AUTO_ORDER = ("highs", "scip")
+from checkmate.options import SolverChoice, SolverName
+
+AUTO_ORDER: tuple[SolverName, ...] = ("highs", "scip")
 PORTFOLIO_VARIABLES = 20_000
-LP_BACKEND = "highs"
+LP_BACKEND: SolverName = "highs"
 
 
 def too_little_time(remaining: float | None, num_variables: int, seconds_per_variable: float) -> bool:
@@ -28,7 +30,9 @@ def solver_time_limit(remaining: float | None, num_variables: int, seconds_per_v
     return None if remaining is None else max(0.0, remaining - num_variables * seconds_per_variable)
 
 
-def choose_backend(name: str, num_variables: int, installed: Callable[[], tuple[str, ...]]) -> str:
+def choose_backend(
+    name: SolverChoice, num_variables: int, installed: Callable[[], tuple[SolverName, ...]]
+) -> SolverName:
     """Resolve "auto" to a concrete backend among `installed()` (the portfolio for a problem this large); any other
     name is returned as it is."""
     if name != "auto":

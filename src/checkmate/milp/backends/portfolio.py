@@ -19,6 +19,7 @@ from checkmate.errors import SolverUnavailable
 from checkmate.milp.backends.highs import HighsBackend
 from checkmate.milp.backends.scip import ScipBackend
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.options import SolverName
 
 # How often the calling thread wakes while the solvers run (seconds): Ctrl-C is handled in between.
 _POLL = 0.1
@@ -27,7 +28,7 @@ _POLL = 0.1
 class PortfolioBackend:
     """HiGHS and SCIP in parallel (see the module doc)."""
 
-    name = "portfolio"
+    name: SolverName = "portfolio"
 
     def __init__(self) -> None:
         self.members = (HighsBackend(), ScipBackend())

@@ -32,6 +32,7 @@ from checkmate.milp.backends.base import SolverHooks
 from checkmate.milp.backends.detached import solve_detached
 from checkmate.milp.mps import write_mps
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
+from checkmate.options import SolverName
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 class ScipBackend:
     """The SCIP MIP solver (pyscipopt bundles it). Single-threaded: `threads` is ignored."""
 
-    name = "scip"
+    name: SolverName = "scip"
 
     @functools.cache  # noqa: B019  (one instance per process; the answer never changes)
     def is_available(self) -> bool:

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from checkmate.byte_sizes import format_bytes
 from checkmate.errors import CaptureError
 from checkmate.files import write_file
+from checkmate.options import CostModel, GradientMemory
 from checkmate.torch_capture import capture
-from checkmate.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def load_factory(target: str) -> Callable[[], Any]:
 
 
 def run_capture(
-    target: str, out: str, cost_model: str, max_nodes: int | None, gradient_memory: str = "whole_step"
+    target: str, out: str, cost_model: CostModel, max_nodes: int | None, gradient_memory: GradientMemory = "whole_step"
 ) -> int:
     """Capture the step built by `target`, write its graph JSON to `out`, print a summary; returns 0."""
     produced = load_factory(target)()

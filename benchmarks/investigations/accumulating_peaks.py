@@ -1,7 +1,7 @@
 """The plan's peak against the measured peak of a step from `.grad = None` and of one that accumulates.
 
-    .venv/bin/python benchmarks/accumulating_peaks.py [--out]
-    .venv/bin/python benchmarks/accumulating_peaks.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/accumulating_peaks.py [--out]
+    .venv/bin/python benchmarks/investigations/accumulating_peaks.py --from-json   # again from stored rows
 
 The models and budgets of `tests/torch/test_compile.py` (a small ResNet and GPT; `optimal` with a 20 s limit, FLOP
 costs). Each compiled step runs twice with `measure_memory="every"`: first from `.grad = None`, then adding into the
@@ -11,11 +11,15 @@ gradients the first call left. Prints a markdown table of bytes.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import checkmate
 from checkmate import zoo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 CASES: list[tuple[str, Callable[[], Any], float]] = [

@@ -1,7 +1,7 @@
 """Why the leaner capture keeps ReLU masks as bfloat16: Inductor's CPU code for each mask dtype, make and read.
 
-    .venv/bin/python benchmarks/mask_dtypes.py [--out]
-    .venv/bin/python benchmarks/mask_dtypes.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/mask_dtypes.py [--out]
+    .venv/bin/python benchmarks/investigations/mask_dtypes.py --from-json   # again from stored rows
 
 On a 4 MiB float32 `y` (64x16x32x32, ReLU'd), one torch thread: the time of Inductor's function that makes the mask
 `le(y, 0)` in the given dtype, and of the one that reads it in the backward, `where(mask != 0, 0, grad)`; median of
@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch._inductor.compile_fx import compile_fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 aten = torch.ops.aten

@@ -1,7 +1,7 @@
 """How much a rounding-sized change of one activation moves the gradients of the full-size ResNet of `peers.py`.
 
-    .venv/bin/python benchmarks/rounding_sensitivity.py [--out]
-    .venv/bin/python benchmarks/rounding_sensitivity.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/rounding_sensitivity.py [--out]
+    .venv/bin/python benchmarks/investigations/rounding_sensitivity.py --from-json   # again from stored rows
 
 Fused runs (`checkmate.inductor.segments`) compute BatchNorm, the residual add and ReLU in one Inductor loop, which
 rounds otherwise than one function per node: on this model the output of `stages.2` differs by a few 1e-6. This
@@ -26,7 +26,7 @@ import torch
 import checkmate
 import checkmate.inductor.segments
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from peers_tools import prepare_model, workloads
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Layout:
+class PlanningNodes:
     """A planning graph together with its tie to the fx graph (see `checkmate.captured`)."""
 
     graph: Graph
@@ -48,7 +48,7 @@ class Layout:
     random_nodes: frozenset[int]
 
 
-def build_layout(
+def build_planning_nodes(
     module: torch.fx.GraphModule,
     groups: Sequence[Sequence[str]],
     costs: Sequence[float],
@@ -60,7 +60,7 @@ def build_layout(
     scratch: Mapping[str, int] | None = None,
     retain_gradients: bool = False,
     random_state_bytes: int = 0,
-) -> Layout:
+) -> PlanningNodes:
     """Build the planning graph of `groups` (fx names per planning node, in order) priced by `costs`.
 
     Fixed memory is the bytes of parameters, buffers, batch inputs, constants and the `fixed_outputs`
@@ -114,7 +114,7 @@ def build_layout(
             )
         )
     fixed_memory = sum(excluded.values()) - sum(retained_gradients.values()) + extra_fixed_memory
-    return Layout(
+    return PlanningNodes(
         graph=Graph(tuple(graph_nodes), fixed_memory=fixed_memory),
         members=tuple(tuple(names) for names in groups),
         exports=tuple(tuple(sorted(names, key=order.__getitem__)) for names in exports),

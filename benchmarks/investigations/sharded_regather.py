@@ -1,8 +1,8 @@
 """Does holding a unit's gathered parameters from the forward to the backward pay, against gathering them again?
 2 ranks, gloo, CPU (issue 21).
 
-    .venv/bin/python benchmarks/sharded_regather.py --out        # rows to benchmarks/results/sharded_regather.json
-    .venv/bin/python benchmarks/sharded_regather.py --from-json  # the table again from them
+    .venv/bin/python benchmarks/investigations/sharded_regather.py --out        # rows to benchmarks/results/
+    .venv/bin/python benchmarks/investigations/sharded_regather.py --from-json  # the table again from them
 
 FSDP2 frees a unit's gathered parameters after its forward and gathers them again for its backward
 (`reshard_after_forward=True`, the default); holding them instead saves one all-gather per unit and step, and costs
@@ -24,6 +24,7 @@ import copy
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ from torch.distributed.fsdp import fully_shard
 import checkmate
 from checkmate.files import write_file
 from checkmate.options import ShardedOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
 from sharded import (
     MODEL,

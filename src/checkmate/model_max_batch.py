@@ -18,6 +18,7 @@ from typing import Any
 from checkmate.compile_step import compile as compile_step
 from checkmate.errors import InvalidArgument
 from checkmate.experiments.batch_search import DEFAULT_LIMIT, MaxBatch, Planned, check_max_batch, search_max_batch
+from checkmate.options import FakeCostModel
 from checkmate.progress import ProgressCallback
 from checkmate.torch_capture.fake_factory import fake_graph_at, training_step
 
@@ -80,7 +81,7 @@ def max_batch(
     *,
     method: str = "optimal",
     max_extra_forward_passes: float | None = None,
-    cost_model: str = "flops",
+    cost_model: FakeCostModel = "flops",
     factory_options: dict[str, Any] | None = None,
     check: bool = True,
     compile_options: dict[str, Any] | None = None,

@@ -1,7 +1,7 @@
 """Which Inductor-compiled nodes move a model's gradients away from eager's: one node compiled at a time.
 
-    .venv/bin/python benchmarks/inductor_drift.py U-Net [--out]
-    .venv/bin/python benchmarks/inductor_drift.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/inductor_drift.py U-Net [--out]
+    .venv/bin/python benchmarks/investigations/inductor_drift.py --from-json   # again from stored rows
 
 Captures the named full-size model of `benchmarks/peers.py` as `executor="inductor"` does, compiles every node, then
 runs one step without recomputation with only one node's Inductor function (the others as ATen ops), for every
@@ -26,7 +26,7 @@ from checkmate.inductor.kernels import compile_kernels
 from checkmate.inductor.program import inductor_program
 from checkmate.torch_capture import capture
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from peers_tools import prepare_model, workloads
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

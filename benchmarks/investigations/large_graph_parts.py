@@ -7,8 +7,9 @@ Rows (compute overhead over checkpoint_all, and seconds):
   to the full graph, then `hold_more`;
 * `swap_holds` on the best baseline after `hold_more` (`--swap-seconds`).
 
-    .venv/bin/python benchmarks/large_graph_parts.py [--graphs resnet50 gpt2] [--coarse-seconds 60] [--out]
-    .venv/bin/python benchmarks/large_graph_parts.py --from-json   # the lines again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/large_graph_parts.py [--out] \
+        [--graphs resnet50 gpt2] [--coarse-seconds 60]
+    .venv/bin/python benchmarks/investigations/large_graph_parts.py --from-json   # again from stored rows
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import checkmate
 from checkmate.bounds.retention import retention_bound
@@ -26,6 +28,8 @@ from checkmate.plan import cheapest_r, make_plan, prune_checkpoints
 from checkmate.progress import SearchControl
 from checkmate.strategies.hold_more import hold_more, swap_holds
 from checkmate.strategies.warm_start import best_baseline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from large_graphs import load
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

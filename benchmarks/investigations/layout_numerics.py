@@ -1,7 +1,7 @@
 """How far each layout's float32 gradients are from float64 ones, on the full-size CNNs of `benchmarks/peers.py`.
 
-    .venv/bin/python benchmarks/layout_numerics.py [--out]
-    .venv/bin/python benchmarks/layout_numerics.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/layout_numerics.py [--out]
+    .venv/bin/python benchmarks/investigations/layout_numerics.py --from-json   # again from stored rows
 
 One eager backward per model in float64 (the reference), float32 contiguous, float32 with the batch in channels-last
 (what `channels_last=True` and `torch.compile`'s layout optimization run), and float32 through
@@ -22,7 +22,7 @@ import torch
 
 import checkmate
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from peers_tools import prepare_model, workloads
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

@@ -1,7 +1,7 @@
 """What the executor adds to a step: eager PyTorch, the captured fx graph run whole, and the compiled step.
 
-    .venv/bin/python benchmarks/executor_overhead.py [--repeats 25] [--out]
-    .venv/bin/python benchmarks/executor_overhead.py --from-json   # the table again from benchmarks/results/
+    .venv/bin/python benchmarks/investigations/executor_overhead.py [--repeats 25] [--out]
+    .venv/bin/python benchmarks/investigations/executor_overhead.py --from-json   # again from stored rows
 
 For each model, with one torch thread and the `checkpoint_all` plan (no recomputation), it times, interleaved:
 * eager: `loss_fn(model, *batch).backward()`;
@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import checkmate
 from checkmate import zoo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS: dict[str, Callable[[], Any]] = {

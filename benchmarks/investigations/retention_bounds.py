@@ -7,8 +7,9 @@ bound on extra compute over checkpoint_all: the retention MILP alone, with the i
 left), and the closure bound (`checkmate.bounds.closure`, at the 8 stages where memory is tightest), each with the
 time limit given, and the seconds each took. The search counts the larger of the last two.
 
-    .venv/bin/python benchmarks/retention_bounds.py [--graphs gpt2 bert] [--fractions 0.6 0.8] [--time-limit 60] --out
-    .venv/bin/python benchmarks/retention_bounds.py --from-json
+    .venv/bin/python benchmarks/investigations/retention_bounds.py --out \
+        [--graphs gpt2 bert] [--fractions 0.6 0.8] [--time-limit 60]
+    .venv/bin/python benchmarks/investigations/retention_bounds.py --from-json
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import checkmate
 from checkmate.bounds import ClosureBound, RetentionBound, closure_bound, retention_bound
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from large_graphs import GRAPHS, load
 from rows import Row, Stored, add_row_arguments, measure_or_load
 

@@ -1,7 +1,7 @@
 """HiGHS against SCIP on the same warm-started MILP, and our model against a straightforward HiGHS model.
 
-Usage: .venv/bin/python benchmarks/milp_backends.py [--time-limit 60] [--skip-reference] [--out]
-       .venv/bin/python benchmarks/milp_backends.py --from-json   # the tables again from benchmarks/results/
+Usage: .venv/bin/python benchmarks/investigations/milp_backends.py [--time-limit 60] [--skip-reference] [--out]
+       .venv/bin/python benchmarks/investigations/milp_backends.py --from-json   # again from stored rows
 
 Prints one row per (graph, budget, backend): stages, budget, status, cost, bound and solver seconds for our model
 handed straight to each backend with the best baseline as warm start; then, for the 32-layer chain at the sqrt(n)
@@ -11,8 +11,10 @@ peak budget, our model cold and a straightforward HiGHS model (paper rows typed 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import highspy
 
@@ -24,6 +26,8 @@ from checkmate.milp.formulation import decode, encode, encode_solution
 from checkmate.milp.problem import SolveOptions
 from checkmate.milp.scaling import memory_scale
 from checkmate.strategies.warm_start import best_baseline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 CASES = [

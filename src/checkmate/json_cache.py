@@ -1,5 +1,5 @@
-"""A JSON object on disk shared by processes: the measurement caches (`profile`, `checkmate.inductor.measure`,
-`checkmate.inductor.segments`).
+"""A JSON object on disk shared by processes: the measurement caches (`checkmate.torch_capture.profile`,
+`checkmate.inductor.measure`, `checkmate.inductor.segments`).
 
 A cache never costs a result: a file that cannot be read or written is logged as a warning and the values are
 measured again; a damaged file (not JSON, not an object, or an entry its reader refuses) is logged as a warning
