@@ -24,8 +24,11 @@ BUDGET = 9
 
 @pytest.fixture(autouse=True)
 def cache_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The plans folder of a cache folder of this test's own."""
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
-    yield tmp_path
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    yield plans
 
 
 def _key(graph: Graph = GRAPH, budget: int = BUDGET, method: str = "optimal", **options: object) -> str:
@@ -197,7 +200,7 @@ def test_an_unwritable_cache_is_a_warning_and_the_plan_is_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "a file").write_text("not a directory")
-    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path / "a file" / "plans"))  # unwritable, even for root
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path / "a file" / "cache"))  # unwritable, even for root
     solver = Solver(_plan(status="optimal"))
     with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
         plan = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=solver)
