@@ -10,6 +10,7 @@ import pytest
 
 import checkmate
 import checkmate.training.planning
+import checkmate.training.solving
 from checkmate import zoo
 from checkmate.search_defaults import DEFAULT_GAP
 
@@ -35,6 +36,7 @@ def recorded_solves(monkeypatch: pytest.MonkeyPatch, capture_seconds: float) -> 
 
     monkeypatch.setattr(checkmate.training.planning, "capture", slow_capture)
     monkeypatch.setattr(checkmate.training.planning, "solve", recording_solve)
+    monkeypatch.setattr(checkmate.training.solving, "solve", recording_solve)
     return options_seen
 
 
