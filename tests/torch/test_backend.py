@@ -17,7 +17,7 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
-import checkmate.training.solving
+import checkmate.solving
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_TIME_LIMIT
@@ -229,7 +229,7 @@ def test_a_fraction_falling_back_plans_within_the_regions_time_limit(
     """The solve at the smallest budget known to fit gets what is left of the region's `time_limit`, not a second
     `time_limit` of its own: the first solve is made to take 1.5 s of a 3 s limit."""
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))  # no plan cached by another test of the module
-    real_solve = checkmate.training.solving.solve
+    real_solve = checkmate.solving.solve
     limits: list[float] = []
 
     def slow_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
@@ -239,7 +239,7 @@ def test_a_fraction_falling_back_plans_within_the_regions_time_limit(
                 time.sleep(1.5)
         return real_solve(graph, budget, method=method, **options)
 
-    monkeypatch.setattr(checkmate.training.solving, "solve", slow_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", slow_solve)
     planner = checkmate.backend(budget=0.3, cost_model="flops", time_limit=3)
     torch.compile(_small(), backend=planner)(torch.randn(8, 16)).sum().backward()
     (region,) = planner.regions

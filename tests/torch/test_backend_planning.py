@@ -15,10 +15,9 @@ from torch import nn
 
 import checkmate
 import checkmate.inductor.backend
-from checkmate import InfeasibleBudget, zoo
+from checkmate import InfeasibleBudget, plan_cache, zoo
 from checkmate.solve import solve
 from checkmate.torch_capture import profile
-from checkmate.training import plan_cache
 
 TIME_LIMIT = 30
 
@@ -50,7 +49,7 @@ def _recorded_solves(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, di
         solves.append((method, budget, options))
         return solve(graph, budget, method=method, **options)
 
-    monkeypatch.setattr("checkmate.training.solving.solve", recording_solve)
+    monkeypatch.setattr("checkmate.solving.solve", recording_solve)
     return solves
 
 
@@ -66,7 +65,7 @@ def test_a_second_run_plans_each_region_from_the_plan_cache(
     torch._dynamo.reset()
     solves = _recorded_solves(monkeypatch)
     second = checkmate.backend(budget=budget, time_limit=TIME_LIMIT)
-    with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.INFO, logger="checkmate.plan_cache"):
         _train_once(second)
     (planned,) = first.regions
     (again,) = second.regions

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 import checkmate
+from checkmate.plan_cache import cache_directory
 from checkmate.progress import Progress
 from checkmate.simulate import simulate
 from checkmate.training import planning
 from checkmate.training.executors import CaptureChoice
-from checkmate.training.plan_cache import cache_directory
 
 
 class RandomSkips(nn.Module):

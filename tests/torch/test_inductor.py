@@ -17,8 +17,8 @@ from eager_oracle import train_three_steps
 
 import checkmate
 import checkmate.inductor.measure
+import checkmate.solving
 import checkmate.training.planning
-import checkmate.training.solving
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.memory import storage_bytes
@@ -168,7 +168,7 @@ def test_a_second_compile_neither_measures_nor_solves(monkeypatch: pytest.Monkey
         raise AssertionError("the node measures should come from the cache")
 
     monkeypatch.setattr(checkmate.training.planning, "solve", counting_solve)
-    monkeypatch.setattr(checkmate.training.solving, "solve", counting_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", counting_solve)
     monkeypatch.setattr(checkmate.inductor.measure, "_measure", no_measuring)
     second = _compile(model, loss_fn, batch, 0.8)
     assert solved and set(solved) == {"checkpoint_all"}, (

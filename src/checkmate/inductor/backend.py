@@ -7,7 +7,7 @@ For each region Dynamo captures, AOTAutograd traces the joint forward + backward
 partition function, which plans it as `checkmate.compile(..., executor="inductor")` plans a step: capture groups the
 joint graph's ops as Inductor fuses them (`checkmate.torch_capture.joint`), every node is compiled by Inductor and
 measured on the example inputs (`kernels`, `measure`, `pricing`), the method solves for the budget through the path
-`checkmate.compile` plans through (`checkmate.training.solving`: the disk plan cache, `planning_time_limit`, progress
+`checkmate.compile` plans through (`checkmate.solving`: the disk plan cache, `planning_time_limit`, progress
 lines, Ctrl-C), and the schedule is cut into the forward and backward graphs AOTAutograd runs (`split`):
 recomputations stay separate calls, values live no longer than the plan says.
 
@@ -44,7 +44,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils import _pytree as pytree
 
-from checkmate import disk_cache
+from checkmate import disk_cache, solving
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget, InvalidArgument
 from checkmate.inductor.kernels import compile_kernels, example_value
@@ -57,7 +57,6 @@ from checkmate.simulate import lower
 from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import random_state_bytes
 from checkmate.torch_capture.joint import capture_joint
-from checkmate.training import solving
 from checkmate.units import format_bytes, parse_budget, resolve_budget
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate import plan_cache
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
 from checkmate.execute.gradients import GradientAccumulator, StepGradients, WithBatchGradients
@@ -37,7 +38,6 @@ from checkmate.plan import Plan
 from checkmate.simulate import lower
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training import plan_cache
 from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import (
     BatchSignature,

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate import disk_cache, progress_lines
+from checkmate import disk_cache, progress_lines, solving
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
@@ -30,7 +30,6 @@ from checkmate.solve import solve
 from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training import solving
 from checkmate.training.capture_options import CaptureOptions
 from checkmate.training.executors import CaptureChoice, capture_choices, prepare_executor, traced_loss
 from checkmate.units import format_bytes, parse_budget, resolve_budget

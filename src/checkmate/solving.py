@@ -1,5 +1,5 @@
 """Solving a planning graph within a budget, the one way `checkmate.compile` and `checkmate.backend` both do it: from
-the disk plan cache when possible (`checkmate.training.plan_cache`), each solve within what is left of the planning
+the disk plan cache when possible (`checkmate.plan_cache`), each solve within what is left of the planning
 time, the searches of one planning sharing one Ctrl-C and showing their work as the options say.
 
     started = time.perf_counter()
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from checkmate import progress_lines
+from checkmate import plan_cache, progress_lines
 from checkmate.errors import InvalidArgument
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -24,7 +24,6 @@ from checkmate.progress import interrupt_scope
 from checkmate.search_defaults import within_time_left
 from checkmate.solve import DISPLAY_OPTIONS, solve
 from checkmate.strategies.registry import option_names
-from checkmate.training import plan_cache
 
 
 def check_planning_time_limit(planning_time_limit: float | None) -> None:
