@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 import checkmate
+import checkmate.training.compiled
 from checkmate import zoo
 from checkmate.execute import eager_peak
 from checkmate.search_defaults import TIMED_METHODS
