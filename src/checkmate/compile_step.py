@@ -22,7 +22,6 @@ from torch import nn
 
 from checkmate.byte_sizes import parse_budget
 from checkmate.data_parallel import compile_data_parallel
-from checkmate.errors import InvalidArgument
 from checkmate.executors import executor_named
 from checkmate.options import (
     CostModel,
@@ -34,6 +33,7 @@ from checkmate.options import (
 )
 from checkmate.search_defaults import with_search_defaults
 from checkmate.solve import check_solve_options
+from checkmate.solving import check_planning_time_limit
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import SingleProcess
@@ -110,8 +110,8 @@ def compile(
         **solve_options: options of the method, such as `time_limit=60`. `time_limit` bounds the search only:
             capture, profiling (a first capture of a large model profiles every op, which can take minutes on CPU)
             and generating the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and
-            "approx" the time limit defaults to DEFAULT_TIME_LIMIT (120 s) so that a first call cannot hang, and
-            "optimal" stops once its plan is proven within DEFAULT_GAP (1 %) of its lower bound (`mip_gap`; pass
+            "approx" the time limit defaults to DEFAULT_TIME_LIMIT (`checkmate.search_defaults`) so that a first call cannot hang, and
+            "optimal" stops once its plan is proven within DEFAULT_GAP of its lower bound (`mip_gap`; pass
             `mip_gap=1e-4` to search on). The plan is the best found; `step.plan.status` is "optimal" only when
             its lower bound meets its cost, and `step.plan.gap` says how close it is otherwise. Profiling and the
             search show a progress line every 5 s (`progress_interval`) on stderr (in the log, when the program
@@ -140,8 +140,7 @@ def compile(
     chosen = executor_named(executor)
     check_solve_options(method, solve_options)
     solve_options = with_search_defaults(method, solve_options)
-    if planning_time_limit is not None and not planning_time_limit >= 0:
-        raise InvalidArgument(f"planning_time_limit must be at least 0 seconds (or None), got {planning_time_limit}")
+    check_planning_time_limit(planning_time_limit)
     settings = Settings(
         budget=budget,
         method=method,

@@ -26,10 +26,12 @@ import torch
 from torch import nn
 
 import checkmate
+import checkmate.training.compiled
 from checkmate import zoo
 from checkmate.byte_sizes import format_bytes
 from checkmate.execute import eager_peak
 from checkmate.options import CostModel, choices
+from checkmate.search_defaults import TIMED_METHODS
 from checkmate.strategies.registry import strategies
 from checkmate.training.step_report import LABEL_WIDTH
 
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     model.train()
     reference = copy.deepcopy(model)
     method = _method(arguments.method)
-    options = {"time_limit": arguments.time_limit} if method in ("optimal", "approx") else {}
+    options = {"time_limit": arguments.time_limit} if method in TIMED_METHODS else {}
     print(f"GPT, 2 blocks, {sum(p.numel() for p in model.parameters())} parameters, tokens {tuple(batch[0].shape)}")
     with progress("capturing and solving"):
         step = checkmate.compile(

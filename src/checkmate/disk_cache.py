@@ -1,4 +1,8 @@
-"""Whether checkmate may use its disk caches (plans, profiles, Inductor measures) in the current context.
+"""Where checkmate's disk caches (plans, profiles, Inductor measures) live, and whether they may be used in the
+current context.
+
+One folder holds them all: `$CHECKMATE_CACHE_DIR` when set, else `~/.cache/checkmate` (`cache_root`); plans are in
+its `plans/` folder, profiles and measures in its `profiles/` folder.
 
 `checkmate.compile(..., cache=False)` plans inside `caching(False)`: nothing is read from the caches or written to
 them, so no file appears under `$CHECKMATE_CACHE_DIR`. The switch is a context variable, so a compile with the
@@ -7,11 +11,19 @@ cache off does not turn it off for another thread.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 
 _ENABLED: ContextVar[bool] = ContextVar("checkmate_disk_cache", default=True)
+
+
+def cache_root() -> Path:
+    """The folder of every disk cache: `$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate`."""
+    configured = os.environ.get("CHECKMATE_CACHE_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "checkmate"
 
 
 def enabled() -> bool:

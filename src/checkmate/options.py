@@ -14,6 +14,9 @@ CostModel = Literal["profile", "flops", "unit"]
 FakeCostModel = Literal["flops", "unit"]
 """The cost models that price a step on fake tensors (`checkmate.max_batch`): "profile" runs ops on real ones."""
 
+BackendCostModel = Literal["profile", "flops"]
+"""How `checkmate.backend` prices a region's nodes: its compiled functions' measured time, or FLOPs."""
+
 GradientMemory = Literal["whole_step", "when_made"]
 """When gradients count in the plan: held all through the step, or from the op that makes each."""
 

@@ -17,7 +17,7 @@ from eager_oracle import assert_same_state
 from torch import nn
 
 import checkmate
-import checkmate.inductor.backend
+import checkmate.solving
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_TIME_LIMIT
@@ -223,10 +223,13 @@ def test_a_fraction_a_region_cannot_reach_plans_it_as_low_as_it_goes(caplog: pyt
     assert any("cannot reach 30%" in record.getMessage() for record in caplog.records)
 
 
-def test_a_fraction_falling_back_plans_within_the_regions_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fraction_falling_back_plans_within_the_regions_time_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
     """The solve at the smallest budget known to fit gets what is left of the region's `time_limit`, not a second
     `time_limit` of its own: the first solve is made to take 1.5 s of a 3 s limit."""
-    real_solve = checkmate.inductor.backend.solve
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))  # no plan cached by another test of the module
+    real_solve = checkmate.solving.solve
     limits: list[float] = []
 
     def slow_solve(graph: Any, budget: Any, *, method: str, **options: Any) -> Any:
@@ -236,7 +239,7 @@ def test_a_fraction_falling_back_plans_within_the_regions_time_limit(monkeypatch
                 time.sleep(1.5)
         return real_solve(graph, budget, method=method, **options)
 
-    monkeypatch.setattr(checkmate.inductor.backend, "solve", slow_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", slow_solve)
     planner = checkmate.backend(budget=0.3, cost_model="flops", time_limit=3)
     torch.compile(_small(), backend=planner)(torch.randn(8, 16)).sum().backward()
     (region,) = planner.regions

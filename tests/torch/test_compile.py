@@ -16,6 +16,7 @@ import pytest
 from eager_oracle import compare_steps, recompute_everything, train_three_steps
 
 import checkmate
+import checkmate.solving
 import checkmate.training.compiled
 import checkmate.training.planning
 from checkmate import CheckmateError, ExecutionError, zoo
@@ -113,6 +114,7 @@ def test_plans_come_from_the_disk_cache(monkeypatch: pytest.MonkeyPatch, tmp_pat
         return real_solve(graph, budget, method=method, **options)
 
     monkeypatch.setattr(checkmate.training.planning, "solve", counting_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", counting_solve)
     first = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
     second = checkmate.compile(model, loss_fn, batch, budget=1.0, method="chen_greedy_linear", cost_model="unit")
     assert solved.count("chen_greedy_linear") == 1

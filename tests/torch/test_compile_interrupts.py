@@ -17,9 +17,9 @@ from torch import nn
 
 import checkmate
 from checkmate.executors import CaptureChoice, EagerExecutor
+from checkmate.plan_cache import cache_directory
 from checkmate.progress import Progress
 from checkmate.simulate import simulate
-from checkmate.training.plan_cache import cache_directory
 
 
 class RandomSkips(nn.Module):

@@ -17,6 +17,7 @@ from eager_oracle import train_three_steps
 
 import checkmate
 import checkmate.inductor.measure
+import checkmate.solving
 import checkmate.training.planning
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.codegen import SegmentCall
@@ -167,6 +168,7 @@ def test_a_second_compile_neither_measures_nor_solves(monkeypatch: pytest.Monkey
         raise AssertionError("the node measures should come from the cache")
 
     monkeypatch.setattr(checkmate.training.planning, "solve", counting_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", counting_solve)
     monkeypatch.setattr(checkmate.inductor.measure, "_measure", no_measuring)
     second = _compile(model, loss_fn, batch, 0.8)
     assert solved and set(solved) == {"checkpoint_all"}, (

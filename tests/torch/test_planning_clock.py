@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import checkmate
+import checkmate.solving
 import checkmate.training.planning
 from checkmate import zoo
 from checkmate.search_defaults import DEFAULT_GAP
@@ -35,6 +36,7 @@ def recorded_solves(monkeypatch: pytest.MonkeyPatch, capture_seconds: float) -> 
 
     monkeypatch.setattr(checkmate.training.planning, "capture", slow_capture)
     monkeypatch.setattr(checkmate.training.planning, "solve", recording_solve)
+    monkeypatch.setattr(checkmate.solving, "solve", recording_solve)
     return options_seen
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import checkmate
+from checkmate import plan_cache
 from checkmate.errors import InvalidSchedule
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph
 from checkmate.plan import Plan
-from checkmate.training import plan_cache
 
 GRAPH = linear_graph(6)
 BUDGET = 9
@@ -24,8 +24,11 @@ BUDGET = 9
 
 @pytest.fixture(autouse=True)
 def cache_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The plans folder of a cache folder of this test's own."""
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
-    yield tmp_path
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    yield plans
 
 
 def _key(graph: Graph = GRAPH, budget: int = BUDGET, method: str = "optimal", **options: object) -> str:
@@ -73,7 +76,7 @@ def test_a_proven_plan_serves_any_later_call() -> None:
 def test_an_unproven_plan_serves_only_calls_that_ask_for_no_more_effort(caplog: pytest.LogCaptureFixture) -> None:
     worse = Solver(_plan("chen_sqrtn"))  # found in 5 s, not proven
     plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 5}, solve=worse)
-    with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.INFO, logger="checkmate.plan_cache"):
         reused = plan_cache.cached_solve(
             _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 5}, solve=worse
         )
@@ -109,13 +112,13 @@ def test_a_corrupt_or_foreign_entry_is_ignored_with_a_warning(
     solver = Solver(_plan(status="optimal"))
     for text in ("{not json", json.dumps({"format": "something-else/1"}), json.dumps([1, 2])):
         path.write_text(text)
-        with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+        with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
             assert plan_cache.load_cached(key, GRAPH, cost_model="unit") is None
         assert "ignoring the cached plan" in caplog.text
         caplog.clear()
     other = random_training_graph(3, seed=0)
     plan_cache.write_plan(path, checkmate.solve(other, None, method="checkpoint_all"), other, cost_model="unit")
-    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
         plan = plan_cache.cached_solve(key, GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=solver)
     assert "another graph" in caplog.text and solver.calls == 1 and plan.status == "optimal"
 
@@ -141,7 +144,7 @@ def test_a_damaged_entry_for_this_graph_is_ignored_with_a_warning(
     path = cache_directory / f"{key}.json"
     plan_cache.write_plan(path, _plan(status="optimal"), GRAPH, cost_model="unit")
     path.write_text(json.dumps(_damaged(json.loads(path.read_text()), change)))
-    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
         assert plan_cache.load_cached(key, GRAPH, cost_model="unit") is None
     assert "ignoring the cached plan" in caplog.text
 
@@ -168,7 +171,7 @@ def test_an_interrupted_plan_does_not_serve_a_call_that_asks_for_more_time(caplo
         _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 120}, solve=interrupted
     )
     better = Solver(_plan("checkpoint_all", seconds=20.0))
-    with caplog.at_level(logging.INFO, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.INFO, logger="checkmate.plan_cache"):
         plan = plan_cache.cached_solve(
             _key(), GRAPH, cost_model="unit", budget=BUDGET, options={"time_limit": 20}, solve=better
         )
@@ -197,9 +200,9 @@ def test_an_unwritable_cache_is_a_warning_and_the_plan_is_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "a file").write_text("not a directory")
-    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path / "a file" / "plans"))  # unwritable, even for root
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path / "a file" / "cache"))  # unwritable, even for root
     solver = Solver(_plan(status="optimal"))
-    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
         plan = plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options={}, solve=solver)
     assert plan.cost == solver.plan.cost and solver.calls == 1
     assert "cannot write the plan cache" in caplog.text and "a file" in caplog.text
@@ -208,7 +211,7 @@ def test_an_unwritable_cache_is_a_warning_and_the_plan_is_returned(
 def test_a_damaged_entry_is_removed_and_named(cache_directory: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = cache_directory / f"{_key()}.json"
     path.write_text('{"format": "checkmate-plan/1", "graph": "')  # truncated by a crash
-    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
         assert plan_cache.load_cached(_key(), GRAPH, cost_model="unit", budget=BUDGET) is None
     assert str(path) in caplog.text and not path.exists()
 
@@ -224,7 +227,7 @@ def test_a_plan_over_this_budget_under_its_key_is_refused_and_solved_again(
     path = cache_directory / f"{_key(budget=budget)}.json"
     plan_cache.write_plan(path, over, GRAPH, cost_model="unit")
     solver = Solver(checkmate.solve(GRAPH, budget, method="optimal"))
-    with caplog.at_level(logging.WARNING, logger="checkmate.training.plan_cache"):
+    with caplog.at_level(logging.WARNING, logger="checkmate.plan_cache"):
         plan = plan_cache.cached_solve(
             _key(budget=budget), GRAPH, cost_model="unit", budget=budget, options={}, solve=solver
         )

@@ -37,8 +37,8 @@ where the schedule drops it, and nothing else refers to it.
   recomputation cannot count twice. A recomputation that exports one of them swaps the first run's tensor in: the
   plan counts that tensor once, in the fixed memory, and the recomputed one dies with the node.
 * A random node that the schedule computes again saves the CPU (and CUDA) generator state before its first
-  computation (the plan counts that state as retained by every random node) and replays it inside
-  `torch.random.fork_rng` when recomputed: the recomputed masks equal the first ones and the global stream advances
+  computation (the plan counts that state as retained by every random node) and replays it when recomputed
+  (`checkmate.execute.random_replay`): the recomputed masks equal the first ones and the global stream advances
   exactly as in eager mode.
 * A value with a traced stride that came out laid out otherwise is replaced by `conform(value, stride, name)`.
 * A `SegmentCall` (the Inductor executor's fused run of steps) is one call of a compiled function on a list of its
@@ -52,15 +52,15 @@ maps to the operation, its graph node and stage.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from checkmate.errors import ExecutionError
+from checkmate.execute.random_replay import replaying, saved_state
 from checkmate.simulate import Compute, Free
 
 GradientSink = Callable[[int, torch.Tensor], None]
@@ -69,7 +69,6 @@ StepFunction = Callable[
     tuple[torch.Tensor, tuple[torch.Tensor | None, ...], tuple[torch.Tensor, ...]],
 ]
 Conform = Callable[[Any, tuple[int, ...], str], Any]
-RandomState = tuple[torch.Tensor, list[torch.Tensor]]
 ScheduleItem = object
 """A step of a schedule as the executor runs it: a `Compute` or `Free`, a `SegmentCall`, a `Call`, or a kind added
 with `emit_step.register`."""
@@ -264,21 +263,6 @@ def _(step: Call, writer: StepWriter) -> None:
     writer.call(step)
 
 
-@contextlib.contextmanager
-def _replayed(state: RandomState, cuda_devices: list[int]) -> Iterator[None]:
-    """Run the block with the generators as `_save_random_state` left them, then restore their state."""
-    with torch.random.fork_rng(devices=cuda_devices):
-        cpu_state, cuda_states = state
-        torch.set_rng_state(cpu_state)
-        for device, cuda_state in zip(cuda_devices, cuda_states, strict=True):
-            torch.cuda.set_rng_state(cuda_state, device)
-        yield
-
-
-def _save_random_state(cuda_devices: list[int]) -> RandomState:
-    return torch.get_rng_state(), [torch.cuda.get_rng_state(device) for device in cuda_devices]
-
-
 def _cuda_devices(inputs: Sequence[Any]) -> list[int]:
     return sorted({value.device.index or 0 for value in inputs if isinstance(value, torch.Tensor) and value.is_cuda})
 
@@ -415,8 +399,8 @@ class StepWriter:
         namespace = {
             **self.names.bound,
             "failures": {line + offset: failure for line, failure in self.failures.items()},
-            "save_random_state": _save_random_state,
-            "replayed": _replayed,
+            "save_random_state": saved_state,
+            "replayed": replaying,
             "cuda_devices_of": _cuda_devices,
         }
         text = "\n".join(head + self.lines + tail)

@@ -6,9 +6,10 @@
 For each region Dynamo captures, AOTAutograd traces the joint forward + backward graph and calls this backend's
 partition function, which plans it as `checkmate.compile(..., executor="inductor")` plans a step: capture groups the
 joint graph's ops as Inductor fuses them (`checkmate.torch_capture.joint`), every node is compiled by Inductor and
-measured on the example inputs (`kernels`, `measure`, `pricing`), the method solves for the budget, and the schedule
-is cut into the forward and backward graphs AOTAutograd runs (`split`): recomputations stay separate calls, values
-live no longer than the plan says.
+measured on the example inputs (`kernels`, `measure`, `pricing`), the method solves for the budget through the path
+`checkmate.compile` plans through (`checkmate.solving`: the disk plan cache, `planning_time_limit`, progress
+lines, Ctrl-C), and the schedule is cut into the forward and backward graphs AOTAutograd runs (`split`):
+recomputations stay separate calls, values live no longer than the plan says.
 
 What the budget covers: one region's forward and backward, on the terms of `checkmate.compile`: its inputs
 (parameters, buffers, the user's tensors), the outputs the forward returns and the gradients of the outputs (the
@@ -43,13 +44,15 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.graph import _BoxedCodeGen
 from torch.utils import _pytree as pytree
 
+from checkmate import disk_cache, solving
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
-from checkmate.errors import InfeasibleBudget, InvalidArgument
+from checkmate.errors import InfeasibleBudget
 from checkmate.inductor.kernels import compile_kernels, example_value
 from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
+from checkmate.options import BackendCostModel, check_choice
 from checkmate.plan import Plan
 from checkmate.search_defaults import with_search_defaults, within_time_left
 from checkmate.simulate import lower
@@ -82,15 +85,30 @@ class PlannedRegion:
     no_remat_cost: float
 
 
+@dataclass(frozen=True)
+class BackendSettings:
+    """How `checkmate.backend` plans each region: the budget, the method and its options (with the search
+    defaults), the cost model, the seconds for all of one region's planning, and whether the disk caches are used."""
+
+    budget: int | float | str
+    method: str
+    cost_model: BackendCostModel
+    solve_options: dict[str, Any]
+    planning_time_limit: float | None = None
+    cache: bool = True
+
+
 class CheckmateBackend:
     """A `torch.compile` backend; `regions` lists the regions it has planned, in order."""
 
-    def __init__(self, budget: int | float | str, method: str, cost_model: str, solve_options: dict[str, Any]) -> None:
-        self.budget = budget
-        self.method = method
-        self.cost_model = cost_model
-        self.solve_options = solve_options
+    def __init__(self, settings: BackendSettings) -> None:
+        self.settings = settings
         self.regions: list[PlannedRegion] = []
+
+    @property
+    def solve_options(self) -> dict[str, Any]:
+        """The method's options each region is solved with (the search defaults included)."""
+        return self.settings.solve_options
 
     def __call__(self, module: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         examples = list(example_inputs)
@@ -98,7 +116,12 @@ class CheckmateBackend:
         user_outputs = len(pytree.tree_leaves(output.args[0]))
 
         def partition(joint: torch.fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **_: Any) -> Any:
-            return self._plan_region(joint, joint_inputs, num_fwd_outputs, examples, num_fwd_outputs - user_outputs)
+            started = time.perf_counter()
+            settings = self.settings
+            with solving.planning_scope(settings.solve_options), disk_cache.caching(settings.cache):
+                return self._plan_region(
+                    joint, joint_inputs, num_fwd_outputs, examples, num_fwd_outputs - user_outputs, started
+                )
 
         return aot_module_simplified(
             module,
@@ -116,7 +139,11 @@ class CheckmateBackend:
         forward_count: int,
         examples: list[Any],
         mutation_count: int,
+        started: float,
     ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        """Plan one region's joint graph and cut it into its forward and backward graphs; `started` is when its
+        planning began (`planning_time_limit` counts from it)."""
+        settings = self.settings
         fake_mode = torch._guards.detect_fake_mode(joint_inputs)
         output = next(node for node in joint.graph.nodes if node.op == "output")
         values = list(output.args[0])
@@ -133,19 +160,22 @@ class CheckmateBackend:
             kernels = compile_kernels(captured)
             inputs = _real_inputs(captured, examples)
             measures = measure_kernels(captured, kernels, inputs, device)
-        graph = priced_graph(captured, kernels, measures, reprice_costs=self.cost_model == "profile")
+        reprice_costs = settings.cost_model == "profile"
+        graph = priced_graph(captured, kernels, measures, reprice_costs=reprice_costs)
         copies = sum(
             _bytes(value) for node, value in zip(_placeholders(captured), inputs, strict=True) if node in mutated
         )
         graph = dataclasses.replace(graph, fixed_memory=graph.fixed_memory + copies)
-        captured = dataclasses.replace(captured, graph=graph)
+        captured = dataclasses.replace(
+            captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model
+        )
         no_remat = solve(graph, None, method="checkpoint_all")
-        budget = resolve_budget(self.budget, no_remat.peak_memory)
-        started = time.perf_counter()
+        budget = resolve_budget(settings.budget, no_remat.peak_memory)
+        solve_started = time.perf_counter()
         try:
-            plan = solve(graph, budget, method=self.method, **self.solve_options)
+            plan = self._solve(captured, budget, settings.solve_options, started)
         except InfeasibleBudget as error:
-            if not isinstance(parse_budget(self.budget), float) or error.minimum is None:
+            if not isinstance(parse_budget(settings.budget), float) or error.minimum is None:
                 raise
             log.warning(
                 "region %d cannot reach %.0f%% of its peak without recomputation (%s); it is planned at the smallest "
@@ -157,7 +187,7 @@ class CheckmateBackend:
                 100 * error.minimum / no_remat.peak_memory,
             )
             budget = error.minimum
-            plan = solve(graph, budget, method=self.method, **self._options_left(started))
+            plan = self._solve(captured, budget, self._options_left(solve_started), started)
         region = PlannedRegion(index, graph.size, budget, no_remat.peak_memory, plan, no_remat.cost)
         self.regions.append(region)
         log.log(
@@ -174,17 +204,38 @@ class CheckmateBackend:
         schedule = lower(graph, plan.R, plan.S)
         return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
 
+    def _solve(self, captured: Captured, budget: int, options: dict[str, Any], started: float) -> Plan:
+        """The region's plan within `budget` bytes, from the disk cache when possible, its search within what is left
+        of the planning time counted from `started`."""
+        settings = self.settings
+        return solving.cached_solve(
+            captured.graph,
+            budget,
+            method=settings.method,
+            options=solving.options_within(settings.method, options, settings.planning_time_limit, started),
+            cost_model=captured.cost_model,
+            device=captured.device,
+            cache=settings.cache,
+        )
+
     def _options_left(self, started: float) -> dict[str, Any]:
         """The options of a region's later solve: `time_limit` is the region's, counted from `started`, its first
         solve."""
-        limit = self.solve_options.get("time_limit")
+        options = self.settings.solve_options
+        limit = options.get("time_limit")
         if limit is None:
-            return self.solve_options
-        return within_time_left(self.method, self.solve_options, limit, started)
+            return options
+        return within_time_left(self.settings.method, options, limit, started)
 
 
 def backend(
-    budget: int | float | str, *, method: str = "optimal", cost_model: str = "profile", **solve_options: Any
+    budget: int | float | str,
+    *,
+    method: str = "optimal",
+    cost_model: BackendCostModel = "profile",
+    planning_time_limit: float | None = None,
+    cache: bool = True,
+    **solve_options: Any,
 ) -> CheckmateBackend:
     """A `torch.compile` backend that runs each compiled region's forward and backward within `budget`.
 
@@ -195,21 +246,39 @@ def backend(
             goes: a region that cannot reach it is planned at the smallest budget known to fit, with a warning.
         method: a strategy name from `checkmate methods`.
         cost_model: "profile" prices nodes by their compiled functions' measured time; "flops" by FLOPs.
+        planning_time_limit: seconds for all of one region's planning: compiling and measuring its nodes and every
+            solve. Each solve gets what is left of it, or its own `time_limit` if that is less; when compiling and
+            measuring take all of it, the solve gets no time and the region raises InfeasibleBudget unless its
+            first baselines fit. None (the default): no limit beyond `time_limit`.
+        cache: reuse plans and node measures cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate`),
+            as `checkmate.compile` does: a second run of the same model plans each region from the cache, without
+            solving. With False nothing is read from or written to the disk caches.
         **solve_options: options of the method, such as `time_limit=60`: the seconds for each region's search,
             a fraction's fallback to the smallest budget known to fit included. As for `checkmate.compile`,
-            "optimal" and "approx" default to DEFAULT_TIME_LIMIT (120 s) and "optimal" stops once its plan is
-            proven within DEFAULT_GAP (1 %) of its lower bound (`checkmate.search_defaults`; pass `mip_gap=1e-4`
-            to search on).
+            "optimal" and "approx" default to a time limit of DEFAULT_TIME_LIMIT and "optimal" stops once its plan
+            is proven within DEFAULT_GAP of its lower bound (`checkmate.search_defaults`; pass `mip_gap=1e-4` to
+            search on). Compiling and measuring show progress lines, and the search too, every 5 s
+            (`progress_interval`); `progress=False` silences them (`checkmate.progress_lines`). Ctrl-C during the
+            search ends it with the best plan so far; Ctrl-C again, or while compiling, raises KeyboardInterrupt.
 
     Example:
         >>> model = torch.compile(model, backend=checkmate.backend(budget=0.5, time_limit=30))
         >>> loss_fn(model(x), y).backward()
     """
     check_solve_options(method, solve_options)
-    if cost_model not in ("profile", "flops"):
-        raise InvalidArgument(f"cost_model must be 'profile' or 'flops', got {cost_model!r}")
+    check_choice("cost_model", cost_model, BackendCostModel)
+    solving.check_planning_time_limit(planning_time_limit)
     resolve_budget(budget, 1)
-    return CheckmateBackend(budget, method, cost_model, with_search_defaults(method, solve_options))
+    return CheckmateBackend(
+        BackendSettings(
+            budget,
+            method,
+            cost_model,
+            with_search_defaults(method, solve_options),
+            planning_time_limit=planning_time_limit,
+            cache=cache,
+        )
+    )
 
 
 def _run_as_built(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:

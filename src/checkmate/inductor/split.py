@@ -29,6 +29,7 @@ import torch.fx
 
 from checkmate.captured import Captured
 from checkmate.errors import CheckmateError
+from checkmate.execute.random_replay import replaying, saved_state
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.simulate import Compute, Schedule
 
@@ -188,11 +189,13 @@ def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 
 def _random_state() -> torch.Tensor:
-    return torch.get_rng_state()
+    """The CPU generator's state, a value of the graph (this backend replays the CPU generator only)."""
+    cpu_state, _ = saved_state(())
+    return cpu_state
 
 
 def _replayed(function: Callable[..., Any], state: torch.Tensor, *arguments: Any) -> Any:
-    """Run the node's function with the generator as it was before the node's first computation, then restore it."""
-    with torch.random.fork_rng(devices=[]):
-        torch.set_rng_state(state)
+    """Run the node's function with the CPU generator as `_random_state` found it before the node's first
+    computation (`checkmate.execute.random_replay`)."""
+    with replaying((state, []), ()):
         return function(*arguments)

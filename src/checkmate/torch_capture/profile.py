@@ -40,7 +40,6 @@ import bisect
 import functools
 import hashlib
 import logging
-import os
 import platform
 import statistics
 import time
@@ -53,6 +52,7 @@ from typing import Any, cast
 import torch
 from torch.utils import _pytree as pytree
 
+from checkmate.disk_cache import cache_root
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.progress_lines import work_lines
 from checkmate.torch_capture.allocator import allocation_events, event_tree, memory_profile, walk
@@ -118,10 +118,8 @@ class _Tally:
 
 
 def cache_directory() -> Path:
-    """Where profiles are cached: `$CHECKMATE_CACHE_DIR/profiles`, else `~/.cache/checkmate/profiles`."""
-    root = os.environ.get("CHECKMATE_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "checkmate"
-    return base / "profiles"
+    """Where profiles are cached: `profiles/` in the cache folder (`checkmate.disk_cache.cache_root`)."""
+    return cache_root() / "profiles"
 
 
 def device_key(device: torch.device, threads: int = 1) -> str:

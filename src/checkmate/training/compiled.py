@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from checkmate import plan_cache
 from checkmate.byte_sizes import format_bytes
 from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
@@ -38,7 +39,6 @@ from checkmate.plan import Plan
 from checkmate.simulate import lower
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training import plan_cache
 from checkmate.training.distribution import Distribution, PlannedMemory
 from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, in_bytes, signature_of

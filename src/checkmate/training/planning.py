@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from checkmate import disk_cache, progress_lines
+from checkmate import disk_cache, solving
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
@@ -27,15 +27,11 @@ from checkmate.executors import CaptureChoice, EagerExecutor, Executor
 from checkmate.graph import Graph
 from checkmate.options import CostModel, MeasureMemory
 from checkmate.plan import Plan
-from checkmate.progress import interrupt_scope
-from checkmate.search_defaults import within_time_left
 from checkmate.simulate import Schedule, lower
-from checkmate.solve import DISPLAY_OPTIONS, solve
+from checkmate.solve import solve
 from checkmate.strategies.feasibility import in_fraction_of_peak
-from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training import plan_cache
 from checkmate.training.capture_options import CaptureOptions
 
 log = logging.getLogger(__name__)
@@ -111,8 +107,7 @@ def plan_step(
     best: Compiled | None = None
     refusals: list[InfeasibleBudget] = []
     started = time.perf_counter()
-    progress = settings.solve_options.get("progress"), settings.solve_options.get("progress_interval")
-    with interrupt_scope() as interrupted, progress_lines.shown(progress[0] is None, progress[1]):
+    with solving.planning_scope(settings.solve_options) as interrupted:
         for choice in settings.executor.capture_choices(settings.channels_last, model):
             try:
                 planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started, fixed_memory)
@@ -216,33 +211,21 @@ def _slot(model: nn.Module, qualified_name: str) -> tuple[nn.Module, str]:
 
 def _solve_options(settings: Settings, started: float) -> dict[str, Any]:
     """The method's options for a solve starting now: its `time_limit` cut to what is left of the planning time."""
-    if settings.planning_time_limit is None:
-        return settings.solve_options
-    return within_time_left(settings.method, settings.solve_options, settings.planning_time_limit, started)
+    return solving.options_within(settings.method, settings.solve_options, settings.planning_time_limit, started)
 
 
 def _cached_solve(
     captured: Captured, budget: int, settings: Settings, options: dict[str, Any], graph: Graph | None = None
 ) -> Plan:
     """The plan of `graph` (by default the capture's) within `budget`, from the disk cache when possible."""
-    graph = captured.graph if graph is None else graph
-    key = plan_cache.plan_key(
-        graph,
-        budget=budget,
+    return solving.cached_solve(
+        captured.graph if graph is None else graph,
+        budget,
         method=settings.method,
-        options={name: value for name, value in options.items() if name not in DISPLAY_OPTIONS},
+        options=options,
         cost_model=captured.cost_model,
         device=captured.device,
-    )
-
-    def solved() -> Plan:
-        return solve(graph, budget, method=settings.method, **options)
-
-    if not settings.cache:
-        return solved()
-    searches = "time_limit" in (option_names(settings.method) or ())
-    return plan_cache.cached_solve(
-        key, graph, cost_model=captured.cost_model, budget=budget, options=options, solve=solved, searches=searches
+        cache=settings.cache,
     )
 
 

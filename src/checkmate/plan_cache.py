@@ -2,11 +2,11 @@
 
 The cache key is the sha256 of the graph (its JSON; without the costs when they were profiled, since
 timings differ from run to run while the structure and sizes do not), the budget in bytes, the method,
-its options, the cost model and the device. The directory is `~/.cache/checkmate/plans`, or
-`$CHECKMATE_CACHE_DIR` when set. A cached plan is re-simulated on the current graph and budget when loaded: a
-damaged entry, or one that does not fit (made for another graph, or over this budget), is logged as a warning
-naming its file, removed, and the plan solved again. A cache that cannot be written is logged, and the plan is
-returned uncached.
+its options, the cost model and the device. The directory is `plans/` in the cache folder
+(`checkmate.disk_cache.cache_root`: `$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate`). A cached plan is
+re-simulated on the current graph and budget when loaded: a damaged entry, or one that does not fit (made for
+another graph, or over this budget), is logged as a warning naming its file, removed, and the plan solved again.
+A cache that cannot be written is logged, and the plan is returned uncached.
 
 The effort options (`time_limit`, `mip_gap`) are not in the key: they say how hard to look, not which problem.
 An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a time
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.byte_sizes import format_bytes
+from checkmate.disk_cache import cache_root
 from checkmate.errors import CheckmateError, InvalidSchedule
 from checkmate.files import write_file
 from checkmate.graph import Graph
@@ -42,9 +43,8 @@ EFFORT_OPTIONS = ("time_limit", "mip_gap")
 
 
 def cache_directory() -> Path:
-    """Where cached plans live: `$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate/plans`."""
-    configured = os.environ.get("CHECKMATE_CACHE_DIR")
-    return Path(configured) if configured else Path.home() / ".cache" / "checkmate" / "plans"
+    """Where cached plans live: `plans/` in the cache folder (`$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate`)."""
+    return cache_root() / "plans"
 
 
 def graph_fingerprint(graph: Graph, *, cost_model: CostModel) -> str:
