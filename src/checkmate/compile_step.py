@@ -107,15 +107,15 @@ def compile(
             `time_limit` if that is less. Capture and profiling cannot be interrupted: when they take all of it, the
             solve gets no time, and `compile` raises InfeasibleBudget unless its first baselines fit. None (the
             default): no limit beyond each solve's `time_limit`.
-        **solve_options: options of the method, such as `time_limit=60`. `time_limit` bounds the search only:
-            capture, profiling (a first capture of a large model profiles every op, which can take minutes on CPU)
-            and generating the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and
-            "approx" the time limit defaults to DEFAULT_TIME_LIMIT (`checkmate.search_defaults`) so that a first
-            call cannot hang, and "optimal" stops once its plan is proven within DEFAULT_GAP of its lower bound
-            (`mip_gap`; pass `mip_gap=1e-4` to search on). The plan is the best found; `step.plan.status` is
-            "optimal" only when its lower bound meets its cost, and `step.plan.gap` says how close it is otherwise. Profiling and the
-            search show a progress line every 5 s (`progress_interval`) on stderr (in the log, when the program
-            configures logging); `progress=False`, or a level above INFO on the "checkmate" logger, silences them
+        **solve_options: options of the method, such as `time_limit=60`. `time_limit` bounds the search only: capture,
+            profiling (a first capture of a large model profiles every op, which can take minutes on CPU) and generating
+            the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and "approx" the time
+            limit defaults to DEFAULT_TIME_LIMIT (`checkmate.search_defaults`) so that a first call cannot hang, and
+            "optimal" stops once its plan is proven within DEFAULT_GAP of its lower bound (`mip_gap`; pass
+            `mip_gap=1e-4` to search on). The plan is the best found; `step.plan.status` is "optimal" only when its
+            lower bound meets its cost, and `step.plan.gap` says how close it is otherwise. Profiling and the search
+            show a progress line every 5 s (`progress_interval`) on stderr (in the log, when the program configures
+            logging); `progress=False`, or a level above INFO on the "checkmate" logger, silences them
             (`checkmate.progress_lines`). Ctrl-C during the search ends it with the best plan so far (cached with the
             seconds it searched); Ctrl-C again, or during capture, raises KeyboardInterrupt.
 
