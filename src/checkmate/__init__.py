@@ -22,6 +22,7 @@ from checkmate.errors import (
 )
 from checkmate.experiments.batch_search import MaxBatch
 from checkmate.graph import Graph, Node
+from checkmate.options import ShardedOptions
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import Progress, SearchControl
 from checkmate.simulate import Compute, Free, Schedule, check_plan, lower, simulate
@@ -101,6 +102,7 @@ __all__ = [
     "Progress",
     "Schedule",
     "SearchControl",
+    "ShardedOptions",
     "SolverUnavailable",
     "backend",
     "capture",
