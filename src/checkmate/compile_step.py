@@ -94,11 +94,10 @@ def compile(
             within the plan (`checkmate.inductor`; gradients equal eager's to rounding).
         channels_last: trace a model with 2-D convolutions with its 4-D batch converted to channels-last inside the
             step, so its convolutions run channels-last as `torch.compile` runs them: faster on CPU and GPU, but on
-            CPU oneDNN's channels-last convolutions round differently (on the full-size ResNet of
-            `benchmarks/peers.py`, gradients 2.7e-2 from float64 where contiguous ones are 5e-6 away). None (the
-            default) is False for the eager executor; the Inductor one plans channels-last first and its own layout
-            next when the first plan does not fit or recomputes, and runs the plan of least predicted cost
-            (`checkmate.training.planning.plan_step`).
+            CPU oneDNN's channels-last convolutions round differently, further from float64 than contiguous ones
+            (`checkmate.torch_capture.channels_last`). None (the default) is False for the eager executor; the
+            Inductor one plans channels-last first and its own layout next when the first plan does not fit or
+            recomputes, and runs the plan of least predicted cost (`checkmate.training.planning.plan_step`).
         sharded: for a model sharded with FSDP2, whether units are held gathered from forward to backward where
             the budget has room, and whether their all-gathers are prefetched (`checkmate.options.ShardedOptions`;
             None: both).
@@ -157,7 +156,7 @@ def compile(
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return compile_data_parallel(model, loss_fn, batch, settings)
     if _is_sharded(model):
-        from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor take about 2 s to import
+        from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor are slow to import
 
         return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())
     compiled = plan_step(model, loss_fn, batch, settings)

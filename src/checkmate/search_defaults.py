@@ -14,9 +14,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIME_LIMIT = 120.0
 TIMED_METHODS = ("optimal", "approx")
-# `optimal` stops once its plan is proven within this fraction of its lower bound. Searching on rarely pays: on a
-# Hugging Face ResNet-50 (batch 32, 128x128, budget 0.6) the starting plan was 0.78 % above the bound 3 s into the
-# solve, and the other 117 s of the default limit found nothing better (issue 19).
+# `optimal` stops once its plan is proven within this fraction of its lower bound. Searching on rarely pays: the
+# rest of the time limit seldom finds a better plan than one already this close (BENCHMARKS.md, "Time to the first
+# step with every default").
 DEFAULT_GAP = 0.01
 
 

@@ -29,13 +29,12 @@ for each stage b. The bound is the largest over the stages tried.
 Why it is stronger than the retention bound (`checkmate.bounds.retention`) where one stage binds: the retention
 MILP prices each value's gaps on their own and its input cover charges a rebuilt value's inputs one level deep;
 here a rebuilt value's whole ancestry is charged at the stage that binds. On transformers, whose language-model or
-classifier head makes one stage of the backward the bottleneck, it lifts the bound from +9.4 % to +13.8 % over
-every node once (GPT-2 small at 60 % of the no-recomputation peak; BENCHMARKS.md, "Issue 20: the closure bound and
-the closure start").
+classifier head makes one stage of the backward the bottleneck, it is the tighter of the two
+(`benchmarks/investigations/retention_bounds.py`; BENCHMARKS.md, "Large graphs").
 
-Each stage's MILP has two binaries per node of F and one row per edge into F: the 8 stages take 0.2-0.5 s on GPT-2
-and BERT, 5 s on T5's 1,426 nodes. The stages tried are those where memory is tightest: base_b plus every value
-that must be live across stage b if nothing were rebuilt.
+Each stage's MILP has two binaries per node of F and one row per edge into F, far smaller than the paper's MILP.
+The stages tried are those where memory is tightest: base_b plus every value that must be live across stage b if
+nothing were rebuilt.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ from checkmate.milp.problem import MilpProblem, SolveOptions, SolveStatus
 
 log = logging.getLogger(__name__)
 
-STAGES_TRIED = 8  # the stages with the tightest memory; on the graph set the bound's best stage is among the top 3
+STAGES_TRIED = 8  # the stages with the tightest memory; on the graph set the bound's best stage is among the first few
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 The retention MILP (`checkmate.bounds.retention`) charges a recomputation of node i in a gap (a, b] only c_i: it
 never asks where i's inputs come from. An input j whose last use is at or before a is dead by then, and a real plan
 must either compute j again or keep it past its last use; nor can it recompute i early and drop it, since i must
-then be held until its user b reads it. These rows charge both. On GPT-2 small at 60 % of the no-recomputation peak
-they raise the bound from +3.7 % to +9.5 % of extra compute, on BERT-base from +3.6 % to above +12 % (BENCHMARKS.md).
+then be held until its user b reads it. These rows charge both, which raises the bound most on transformers
+(`benchmarks/investigations/retention_bounds.py`).
 
 The argument, for any valid plan (R, S) within the budget, with L_j the last stage that reads node j:
 

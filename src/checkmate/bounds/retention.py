@@ -28,7 +28,7 @@ least sum_i c_i (every node once), the trivial bound.
 
 The input cover (`checkmate.bounds.input_cover`) adds columns and rows that charge a recomputation for the inputs it
 needs once they are dead, and for holding the recomputed value until its user reads it; its held columns enter the
-stage rows here. It is what lifts the bound on transformers (GPT-2 small at 60 %: +3.7 % without it, +9.5 % with it).
+stage rows here. It is what lifts the bound on transformers (`benchmarks/investigations/retention_bounds.py`).
 
 Memory is in bytes divided by one power of two (an exact division in float64), and the costs likewise, so no
 rounding weakens or invalidates the rows.
@@ -68,15 +68,14 @@ log = logging.getLogger(__name__)
 
 # The MILP with the input cover is solved after its LP relaxation only when at least MILP_HEADROOM times the
 # relaxation's seconds plus MILP_MINIMUM_SECONDS are left: HiGHS does not check its clock while it adds cuts at the
-# root, and on BERT-base at 60 % of the peak it returned 12.7 s after a 3 s limit (the relaxation took 2.6 s and
-# already gave the bound, +12.13 %). Where the MILP runs it can add more: VGG16 at 60 %, +2.39 % -> +4.19 %.
+# root, so a MILP started with too little time overruns the limit several times over, and the relaxation may already
+# give its bound. Where the MILP runs it can raise the bound (VGG16).
 MILP_HEADROOM = 10.0
 MILP_MINIMUM_SECONDS = 1.0
 
 # The retention bound is computed only when at least this many seconds per nonzero of its MILP's matrix are left
-# (the trivial bound otherwise): HiGHS presolves it without checking its clock. On a random 901-node graph at 60 %
-# (2,225 binaries, 442k nonzeros) it returned after 3.0 s under any time limit below that, 1.85 s with presolve off;
-# the graph set's real graphs have at most 222k nonzeros (T5) and solve it in 0.6 s or less.
+# (the trivial bound otherwise): HiGHS presolves it without checking its clock, so given less it overruns any time
+# limit; the graph set's real graphs solve it well within this allowance.
 PRESOLVE_SECONDS_PER_NONZERO = 1 / 150_000
 _SCALE_BITS = 20  # memory and costs are divided by a power of two so that the largest figure is about 2**20
 _CHUNK = 1 << 22  # pairs of gaps compared at once when looking for the gaps that contain a gap
@@ -97,8 +96,8 @@ class RetentionBound:
             through its stages, nodes of zero bytes held throughout), or None when it found none: a starting point
             for a plan, not a plan.
         held_with_cover: the same from the answer of the MILP with the input cover, when it was solved; None
-            otherwise. It charges memory only where rows can bind, so it is the worse start on transformers (GPT-2
-            at 60 %: +43.6 % and over the budget), and the better one on VGG16 at 60 % (the optimum, +4.19 %).
+            otherwise. It charges memory only where rows can bind, so it is the worse start on transformers (its
+            plan there may not fit the budget), and the better one on VGG16 (its plan is the optimum there).
     """
 
     bound: float

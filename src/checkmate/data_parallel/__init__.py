@@ -27,7 +27,7 @@ reproduced here, with eager DDP's arithmetic, so that `.grad` on each rank equal
   gradients, allocated when DDP is constructed); the compiled step does not use them.
 * Buffers. With `broadcast_buffers` (the default), rank 0's buffers are broadcast at the start of each step,
   as DDP's forward does, through one flat copy per dtype. Gloo's worker thread may let go of those copies only
-  after the step has begun (seen in about 3 runs of 10), so the plan's fixed memory counts them too.
+  after the step has begun (on some runs), so the plan's fixed memory counts them too.
 * `ddp.no_sync()`: a step called inside it only accumulates locally, and the next step outside reduces the
   accumulated `.grad`, as in eager DDP (the buffer broadcast follows DDP's `require_forward_param_sync` too).
 * Parameters without a gradient keep `.grad` as it was. DDP needs `find_unused_parameters=True` (or

@@ -8,8 +8,8 @@ with FSDP2's layout); then each unit that FSDP2 would gather twice is held when 
 for the fewest steps first (the last forward blocks). A hold only takes memory the plan left unused: it never costs a
 recomputation, so it needs no price per byte.
 
-On 2 gloo ranks (`benchmarks/sharded_regather.py`: Hugging Face GPT-2 of 4 blocks) a step holding every block takes
-about 0.92-0.95x the time of one that gathers them again, at 1.5-2.3 MiB more per rank.
+A step holding every block runs a little faster than one that gathers them again, at a little more memory per rank
+(`benchmarks/investigations/sharded_regather.py`; BENCHMARKS.md, "Investigations").
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
 * with a process group whose collectives copy their buffers (gloo, on CPU: a flat copy of the full buffer and one of
   this rank's shard per all-gather and per reduce-scatter), those copies during each unit call; gloo's worker thread
   lets them go after the call returns, so the copies of the three latest calls are counted in the moments after them
-  too (measured on 2 gloo ranks: without this the allocator read up to 19 KB over on a model of 9 KB units).
+  too (without this the allocator's peak on gloo ranks can read above the plan).
 
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to

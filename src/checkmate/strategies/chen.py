@@ -59,7 +59,7 @@ def greedy_plan(
         method: the name the plans carry.
         segment_budgets: the values of b to try; default: the √n segment memory times `GREEDY_FACTORS`.
         control: a caller's clock: once it stops, no more plans are simulated (the answer is then the best of those
-            simulated; on a graph of 300 nodes simulating all 60 takes a second).
+            simulated; on a large graph simulating them all takes a while).
     """
     if segment_budgets is None:
         segment_budgets = default_segment_budgets(graph)

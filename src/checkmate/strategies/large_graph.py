@@ -13,12 +13,11 @@ A graph of at most `SearchPolicy.exact_nodes` nodes goes to the method's exact s
    hold others instead).
 6. With a time limit, what `swap_holds` leaves goes to steps 2-5 again on finer coarse graphs (`refine_factor` times
    as many nodes each time), the cheaper plan kept. A finer partition merges less, so its conservative memory costs
-   less recomputation: on a profiled ResNet-50 (339 nodes) at 60 % whose plan was 1.24 % above its bound after 35 s
-   at 150 nodes, 250 nodes gave 0.99 %.
+   less recomputation.
 7. The lower bound for the full graph is the larger of the retention bound (`checkmate.bounds.retention`) and the
    closure bound (`checkmate.bounds.closure`); the coarse search's bound is not one. When the starts' share of the
    time did not let the retention MILP finish and the plan is not yet proven, steps 5 and 6 leave `final_bound_share` of
-   its time to solving it again (the input cover's MILP takes 10-15 s on BERT-base and T5).
+   its time to solving it again (on large transformers the input cover's MILP needs more than the starts' share).
 
 Every plan is built through the simulator; the cheapest that fits is returned, "optimal" when the bound meets its
 cost (the search stops earlier, within the method's gap, with the gap on the plan).

@@ -6,8 +6,8 @@ only S is rounded (a deterministic threshold sweep, seeded randomized rounding S
 rounding with one uniform threshold per node, which keeps a node's checkpoints consistent across stages); R is the
 cheapest for that S (App. B.1). The paper fixes ε = 0.1 and names a search over ε as future work.
 
-Rounding alone lands up to 2x above the optimum on small chains (the rounded checkpoints are each plausible but do
-not fit together; benchmarks/approx_quality.py) and near the smallest feasible budget often finds no plan at all.
+Rounding alone lands far above the optimum on small chains (the rounded checkpoints are each plausible but do not
+fit together; `benchmarks/approx_quality.py`) and near the smallest feasible budget often finds no plan at all.
 So the best roundings of each ε, within the budget or not, are repaired into the budget and improved by
 `checkmate.strategies.local_search` (R always the cheapest for S, held values that nothing reads dropped).
 

@@ -17,12 +17,12 @@ class SearchPolicy:
 
     Attributes:
         exact_nodes: the largest graph solved as one MILP (`optimal`) or rounded as one LP (`approx`); larger graphs
-            go through a coarse graph (`checkmate.strategies.large_graph`). HiGHS proves chains of T = 129 in seconds
-            and real graphs of 150 nodes within minutes (BENCHMARKS.md); at 339 nodes it no longer improves on its
-            warm start in 15 minutes.
-        coarse_nodes: nodes of that coarse graph. SCIP (in the portfolio that backend="auto" runs) proves GPT-2
-            small's 150-node coarse MILP (47k variables) optimal in 15 s, where HiGHS alone does not improve on its
-            warm start in 220 s (BENCHMARKS.md).
+            go through a coarse graph (`checkmate.strategies.large_graph`). HiGHS proves chains and real graphs of
+            about this size within minutes (BENCHMARKS.md, "MILP and LP rounding on small graphs"); on graphs twice
+            as large it does not improve on its warm start in useful time.
+        coarse_nodes: nodes of that coarse graph. SCIP (in the portfolio that backend="auto" runs) proves a
+            transformer's coarse MILP of this size optimal where HiGHS alone does not improve on its warm start
+            (`benchmarks/investigations/large_graph_parts.py`).
         starts_share: the starting plans and the retention bound (`checkmate.strategies.starts`) on a graph solved
             exactly.
         large_starts_share: the same on a large graph, before the coarse graph.
@@ -30,7 +30,7 @@ class SearchPolicy:
         retention_share: of the starting plans' time left, what the retention bound may take (at least
             `retention_minimum` seconds).
         closure_share: of what is left after it, what the closure bound may take (at least `retention_minimum`
-            seconds; it takes under a second on the graph set's 1,000-node graphs).
+            seconds, which is enough on the graph set's largest graphs).
         rounding_share: what `approx` may take inside `optimal` before the MILP (its LP is also the LP bound).
         relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
             the other ε are as large, so one that does not finish in time is not helped by leaving them more.
@@ -39,13 +39,12 @@ class SearchPolicy:
             before (`checkmate.strategies.large_graph`, step 6).
         refine_minimum: the least time left, in seconds, for which a finer coarse graph is tried.
         final_bound_share: on a large graph whose retention bound did not finish within the starts' share, what
-            `swap_holds` leaves of the time to a last, longer solve of it (on T5 at 60 % of the peak, 60 s: the
-            bound +0.1 % in the starts' share, +9.0 % given 10 s).
+            `swap_holds` leaves of the time to a last, longer solve of it (a retention bound stopped early can be far
+            weaker than the one a few more seconds prove).
         load_seconds_per_variable: an LP or MILP is not handed to a solver with less time left than this times its
-            variables. HiGHS loads and presolves these models without checking its clock: a 71k-variable LP (a
-            150-node graph) took 2.3 s to return under a 0.01 s limit, a 54k one 0.7 s, a 15k one 0.3 s (this
-            machine, 2 cores); SCIP is slower still. A solve given less time overruns the caller's limit and rarely
-            improves on its warm start. A solve given more gets that load time less as its own limit.
+            variables. HiGHS loads and presolves these models without checking its clock, for seconds on the LP of a
+            coarse graph whatever its limit; SCIP is slower still. A solve given less time overruns the caller's
+            limit and rarely improves on its warm start. A solve given more gets that load time less as its own limit.
         cost_tolerance: a plan is cheaper than another, or meets a bound, only by more than this (cost units).
         solver_tolerance: how far a solver's answer may be off its model (a warm start's violation, an objective).
     """

@@ -3,15 +3,15 @@
 Four starting points, each improved by `hold_more` on the full graph:
 * the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank);
 * the answer of the closure bound (`checkmate.strategies.closure_start`): hold what crosses the binding stage as it
-  holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on 14 of the
-  graph set's 20 rows (transformers at 60 % and 80 % of their peak among them);
+  holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on most of the
+  graph set's rows (transformers among them);
 * unless a start already meets the bound, the answers of the retention bound (`checkmate.bounds.retention`), without
   and with its input cover: hold what it keeps, recompute the rest with the cheapest R. On convolutional networks
-  this lands within a fraction of a percent of the bound (the answer with the cover is VGG16's optimum at 60 %); on
+  this lands within a fraction of a percent of the bound (on VGG16 the answer with the cover is the optimum); on
   transformers its recomputations cascade and the other starts win.
 The search's first proven lower bound is the larger of the retention bound and the closure bound
 (`checkmate.bounds.closure`: what crosses the stage where memory binds must be held there or rebuilt after it, with
-its inputs; on transformers it is the tighter one, GPT-2 small at 60 %: +13.8 % against +9.4 %).
+its inputs; on transformers it is the tighter one).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 Found = TypeVar("Found")
 
 # The retention answer is improved only when it costs at most this much more than the improved baseline: on
-# transformers it starts at 10x the no-remat cost and hold_more cannot repair that in useful time.
+# transformers it starts at many times the no-remat cost and hold_more cannot repair that in useful time.
 SEED_SLACK = 1.5
 
 

@@ -39,7 +39,7 @@ def _try_baseline(
 
 def best_baseline(graph: Graph, budget: int | None, control: SearchControl | None = None) -> Plan | None:
     """The cheapest registered baseline plan within `budget` (ties: lower peak), or None when none fits; the
-    baselines after `control` stops are not tried (on graphs of 900 nodes they take seconds)."""
+    baselines after `control` stops are not tried (on large graphs they take seconds)."""
     plans: list[Plan] = []
     for name in _registered_baselines():
         if control is not None and control.stopped:

@@ -9,9 +9,9 @@ graph. Parameters keep their layout (a convolution reads a contiguous weight as 
 weight's layout).
 
 It is a choice of numerics as well as of speed: on CPU, oneDNN's channels-last convolutions round differently. On
-the full-size ResNet of `benchmarks/peers.py`, eager PyTorch's gradients in channels-last are 2.7e-2 (relative to
-the largest of a parameter) from the float64 ones, where contiguous float32 ones are 5e-6 away; `torch.compile`'s
-1.5e-2 drift on that model is the same effect.
+the full-size CNNs of `benchmarks/peers.py`, eager PyTorch's float32 gradients in channels-last are much further from
+the float64 ones than contiguous float32 ones are, and `torch.compile`'s drift from eager on those models is the same
+effect (`benchmarks/investigations/layout_numerics.py`).
 """
 
 from __future__ import annotations

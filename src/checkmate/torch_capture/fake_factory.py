@@ -1,7 +1,7 @@
 """Planning graphs of a model factory at any batch size, without allocating the model, the batch or activations.
 
     graph_at = fake_graph_at(checkmate.zoo.vgg19, cost_model="flops")
-    graph_at(1024)   # VGG19's training graph at batch 1024: about 100 MiB of memory, not 100 GiB
+    graph_at(1024)   # VGG19's training graph at batch 1024, its activations never allocated
 
 The factory is called under a `FakeTensorMode`: its weights and batch are fake tensors that carry shapes and dtypes
 but no storage, and `checkmate.capture` traces them as it traces any model. This is what `checkmate.max_batch`

@@ -10,7 +10,7 @@ its only one: as in Inductor's generated code, a pointwise producer is computed 
 values become the reader's internal values, which the plan neither counts as memory nor can keep apart. A value with
 several readers stays a node of its own even where Inductor would compute it inside its first reader's kernel: a
 planning node's values are kept and freed together, so joining it to that reader would tie its lifetime to the
-reader's outputs (on VGG that raised the peak without recomputation by 8 %).
+reader's outputs (on VGG that raises the peak without recomputation).
 Nodes whose output Inductor materializes (reductions, gathers such as max-pooling's backward) stay apart: joined to
 their reader they would save nothing and keep the reader's other inputs alive longer. Only single-reader chains are
 merged, so no merge can create a cycle (every path out of the merged node went through the reader), and nodes on

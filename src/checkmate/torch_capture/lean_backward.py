@@ -6,9 +6,8 @@ Two ATen backward ops take a whole forward tensor that their compiled form does 
   It becomes `where(mask != 0, 0, grad)` with `mask = le(y, threshold)` computed in the forward pass, right after
   `y`, and stored as bfloat16: the plan may then keep the 2-byte mask instead of the 4-byte `y`. The values are the
   same bit for bit: both give `grad` where `y > threshold` and 0 elsewhere (NaN included). Not a 1-byte bool mask,
-  as `torch.compile`'s partitioner saves: Inductor's CPU code for 1-byte tensors is slow here (on a 4 MiB `y`, making
-  a bool mask took 8.7 ms and reading it 3.4 ms, a bfloat16 one 0.54 ms and 0.11 ms, eager's `le` 0.32 ms;
-  `benchmarks/mask_dtypes.py`).
+  as `torch.compile`'s partitioner saves: Inductor's CPU code for 1-byte tensors is slow here (making and reading a
+  bool mask take many times what a bfloat16 one takes: `benchmarks/investigations/mask_dtypes.py`).
 * `max_pool2d_with_indices_backward(grad, x, ..., indices)` reads `x` for its shape only (Inductor's lowering scatters
   `grad` by `indices` into a buffer of `x`'s size; the ATen kernel likewise writes zeros of `x`'s shape). `x` is
   replaced by a zero tensor expanded to its shape, which holds no memory, so the pooling's input need not be kept.

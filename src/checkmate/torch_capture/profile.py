@@ -7,13 +7,12 @@ step): `ProfileRepeats.warmup` untimed runs, then timed runs until the step's to
 moves by at most `settled` between two runs, at least `minimum` and at most `maximum` of them.
 Every op that allocates memory is timed in every timed run, and its cost is the median of its runs,
 in seconds. Each run is a whole training step, so on a large model profiling takes as long as tens of
-steps; the plan needs costs relative to each other, which settle after a few runs. On the graph set's
-ResNet-50 at 60 %, the plan made from medians of 3 runs costs, priced by medians of 11, exactly what
-the plan made from those 11 costs, and 0.3 % more than the plan of a second 11-run profile (run-to-run
-noise); capture took 22 s against 35-40 s (`benchmarks/profile_repeats.py`). On CPU the
-timer is `time.perf_counter` and PyTorch runs with one intra-op thread: on a loaded machine two
-threads gave timings that varied 10-100x between runs, one thread kept per-op medians within a few
-percent. On CUDA each op is bracketed by CUDA events and synchronized. Views, `getitem` and other
+steps; the plan needs costs relative to each other, which settle after a few runs: a plan made from a
+few runs costs, priced by many, what the plan made from many costs, within run-to-run noise, in a
+fraction of the capture time (`benchmarks/investigations/profile_repeats.py`). On CPU the
+timer is `time.perf_counter` and PyTorch runs with one intra-op thread: on a loaded machine, timings
+with more threads vary many times over between runs, where one thread keeps per-op medians steady.
+On CUDA each op is bracketed by CUDA events and synchronized. Views, `getitem` and other
 ops that allocate nothing cost 0. The random generator state is restored afterwards, so profiling
 does not change the user's random stream.
 

@@ -174,7 +174,7 @@ def _without_gradient(
 def _fake_copies(model: nn.Module, leaves: list[torch.Tensor]) -> tuple[nn.Module, list[torch.Tensor]]:
     """A copy of the model whose parameters and buffers are fake tensors, and fake batch leaves.
 
-    AOTAutograd given real tensors runs the step for real (it allocated every activation of VGG16);
+    AOTAutograd given real tensors runs the step for real (it would allocate every activation);
     given fake ones it only propagates shapes.
     """
     import copy

@@ -1,7 +1,7 @@
 """A solve the caller stops waiting on once it is asked to stop.
 
 Solvers look at their stop flag only from their own callbacks, and these can be seconds apart: HiGHS calls none
-while it presolves a MILP or probes it at the root (4 s on the retention MILP of a 400-node graph), SCIP none while
+while it presolves a MILP or probes it at the root (seconds on a large graph's retention MILP), SCIP none while
 it solves one LP. And Python runs a Ctrl-C handler only in the main thread between two bytecodes, never while that
 thread is inside a solver. So `solve_detached` runs the solve in a worker thread while the calling thread waits in
 short slices:

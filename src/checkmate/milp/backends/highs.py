@@ -6,9 +6,9 @@ where the primal and dual bounds are reported, at most once a second) and the im
 new incumbent (reported at once). HiGHS calls no callback while it presolves or solves the root LP relaxation of a
 MIP, so a stop asked then takes effect when branch and bound starts (or at `time_limit`): the solve runs in a worker
 thread that the caller stops waiting on (`checkmate.milp.backends.detached`). A pure LP polls
-`should_stop` from the simplex and IPM interrupt callbacks (once per iteration, checked every 50 ms). An exception
-raised by a hook (KeyboardInterrupt included) stops the solve and is raised again once HiGHS has returned: HiGHS
-would otherwise swallow it and report a solve error.
+`should_stop` from the simplex and IPM interrupt callbacks (once per iteration, checked every LP_POLL_INTERVAL
+seconds). An exception raised by a hook (KeyboardInterrupt included) stops the solve and is raised again once HiGHS
+has returned: HiGHS would otherwise swallow it and report a solve error.
 """
 
 from __future__ import annotations

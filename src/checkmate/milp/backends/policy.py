@@ -1,9 +1,9 @@
 """Which solver runs which problem: the one place that names a solver for the searches.
 
 * `backend="auto"` for a MILP: the first installed of AUTO_ORDER; from PORTFOLIO_VARIABLES variables on, HiGHS and
-  SCIP side by side. HiGHS solved every case of benchmarks/milp_backends.py (chains up to T = 129 and random graphs,
-  warm-started) to optimality faster than SCIP; on real graphs of 20k+ variables neither wins every time
-  (BENCHMARKS.md).
+  SCIP side by side. On small MILPs (chains and random graphs, warm-started) HiGHS proves the optimum faster than
+  SCIP; on real graphs of PORTFOLIO_VARIABLES variables and more neither wins every time
+  (`benchmarks/investigations/milp_backends.py`).
 * Linear programs (the relaxations of `approx` and the bounds, the retention bound's MILP): LP_BACKEND, whose simplex
   returns a vertex and a proven optimum quickly on these LPs.
 """

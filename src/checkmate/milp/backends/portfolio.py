@@ -1,10 +1,11 @@
 """HiGHS and SCIP at once, one thread each, on the same problem and warm start: the better answer wins.
 
-Neither solver dominates on these MILPs: warm-started HiGHS proves chains and closes U-Net's full MILP (36k
-variables) to its bound within 40 s where SCIP keeps the warm start, while SCIP proves GPT-2 small's coarse MILP
-(47k variables) in 15 s where HiGHS does not improve in 220 s (BENCHMARKS.md). Both release the GIL while they
-solve, so on two cores the portfolio costs the better one little. When one proves optimality or infeasibility, the
-other is asked to stop; the answer is the cheaper incumbent with the higher of the two proven bounds.
+Neither solver dominates on these MILPs: warm-started HiGHS proves chains and closes U-Net's full MILP to its bound
+where SCIP keeps the warm start, while SCIP proves GPT-2 small's coarse MILP where HiGHS does not improve on its warm
+start (`benchmarks/investigations/milp_backends.py`, `benchmarks/investigations/large_graph_parts.py`). Both release
+the GIL while they solve, so on two cores the portfolio costs the better one little. When one proves optimality or
+infeasibility, the other is asked to stop; the answer is the cheaper incumbent with the higher of the two proven
+bounds.
 """
 
 from __future__ import annotations
