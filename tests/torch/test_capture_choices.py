@@ -14,7 +14,7 @@ from torch import nn
 
 from checkmate import zoo
 from checkmate.executors import executor_named
-from checkmate.training.capture_options import CaptureOptions
+from checkmate.executors.capture_options import CaptureOptions
 
 
 def _convolutional() -> nn.Module:

@@ -10,9 +10,9 @@ from torch import nn
 
 from checkmate.captured import Captured
 from checkmate.execute.program import Program, prepare
+from checkmate.executors.capture_options import CaptureOptions
 from checkmate.executors.protocol import CaptureChoice
 from checkmate.options import CostModel, ExecutorName, GradientMemory
-from checkmate.training.capture_options import CaptureOptions
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ from torch import nn
 
 from checkmate.captured import Captured
 from checkmate.execute.program import Program
+from checkmate.executors.capture_options import CaptureOptions
 from checkmate.executors.protocol import CaptureChoice
 from checkmate.options import CostModel, ExecutorName, GradientMemory
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.channels_last import has_convolutions
 from checkmate.torch_capture.trace import flatten_batch
-from checkmate.training.capture_options import CaptureOptions
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from torch import nn
 
 from checkmate.captured import Captured
 from checkmate.execute.program import Program
+from checkmate.executors.capture_options import CaptureOptions
 from checkmate.options import CostModel, ExecutorName, GradientMemory
 from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.capture_options import CaptureOptions
 
 log = logging.getLogger(__name__)
 

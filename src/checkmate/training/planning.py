@@ -24,6 +24,7 @@ from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.execute.program import Program
 from checkmate.executors import CaptureChoice, EagerExecutor, Executor
+from checkmate.executors.capture_options import CaptureOptions
 from checkmate.graph import Graph
 from checkmate.options import CostModel, MeasureMemory
 from checkmate.plan import Plan
@@ -32,7 +33,6 @@ from checkmate.solve import solve
 from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.capture_options import CaptureOptions
 
 log = logging.getLogger(__name__)
 
