@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import checkmate
+from checkmate.search_defaults import DEFAULT_TIME_LIMIT
 from checkmate.strategies.warm_start import BASELINES
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
@@ -89,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="*", help="names in benchmarks/graphs (default: all)")
     parser.add_argument("--fractions", nargs="*", type=float, default=[0.4, 0.6, 0.8])
-    parser.add_argument("--time-limit", type=float, default=120.0)
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     parser.add_argument("--methods", nargs="*", default=[*BASELINES, *SEARCHES])
     parser.add_argument("--markdown", action="store_true", help="print one markdown row per graph and budget")
     add_row_arguments(parser)

@@ -37,6 +37,7 @@ from checkmate import InfeasibleBudget, zoo
 from checkmate.byte_sizes import format_bytes, parse_bytes
 from checkmate.experiments.batch_search import REFERENCE, MaxBatch, search_max_batch
 from checkmate.graph import Graph
+from checkmate.search_defaults import TIMED_METHODS
 from checkmate.torch_capture.fake_factory import fake_graph_at
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
@@ -50,14 +51,13 @@ PAPER_RATIOS: dict[tuple[str, str], float] = {
     ("vgg19", "chen_greedy"): 266 / 167,
     ("vgg19", "optimal"): 289 / 167,
 }
-SOLVER_METHODS = ("optimal", "approx")
 
 
 def search(
     graph_at: Callable[[int], Graph], memory: int, method: str, cap: float | None, start: int, time_limit: float
 ) -> MaxBatch | str:
     """The method's result, or why not even batch size 1 fits."""
-    options: dict[str, Any] = {"time_limit": time_limit} if method in SOLVER_METHODS else {}
+    options: dict[str, Any] = {"time_limit": time_limit} if method in TIMED_METHODS else {}
     try:
         return search_max_batch(graph_at, memory, method=method, max_extra_forward_passes=cap, start=start, **options)
     except InfeasibleBudget as error:

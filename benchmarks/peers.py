@@ -69,6 +69,7 @@ import checkmate
 from checkmate.execute.memory import measure_peak, step_baseline, storage_bytes, synchronize
 from checkmate.files import write_file
 from checkmate.options import CostModel, GradientMemory, choices
+from checkmate.search_defaults import TIMED_METHODS
 from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -390,7 +391,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--models", nargs="*", help="names (or prefixes) of the models to run; default all")
     parser.add_argument("--tools", nargs="*", default=list(PEER_TOOLS), choices=list(PEER_TOOLS))
-    parser.add_argument("--methods", nargs="*", default=["optimal", "approx"], help="our methods; none to skip")
+    parser.add_argument("--methods", nargs="*", default=list(TIMED_METHODS), help="our methods; none to skip")
     parser.add_argument(
         "--executors", nargs="*", default=["eager", "inductor", "inductor-cl", "backend"],
         choices=("eager", "inductor", "inductor-cl", "inductor-contiguous", "backend"),

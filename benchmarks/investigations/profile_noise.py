@@ -32,6 +32,7 @@ from pathlib import Path
 
 import checkmate
 from checkmate.graph import Graph
+from checkmate.search_defaults import DEFAULT_TIME_LIMIT
 from checkmate.strategies.policy import POLICY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
@@ -104,7 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20, help="graphs: the profile itself and seeds-1 noisy copies")
     parser.add_argument("--sigma", type=float, default=0.15, help="log-normal noise per node's cost")
-    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds per solve (compile's default)")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="seconds per solve")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     add_row_arguments(parser)
     args = parser.parse_args()
