@@ -54,7 +54,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from checkmate.byte_sizes import format_bytes
 from checkmate.captured import Captured
-from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, layout_buckets, tensor_bytes
+from checkmate.data_parallel.buckets import assign_buckets, bucket_limits, make_buckets, tensor_bytes
 from checkmate.data_parallel.reducer import BucketedGradients, Reduction
 from checkmate.errors import DataParallelError
 from checkmate.execute.gradients import GradientAccumulator, StepGradients
@@ -95,7 +95,7 @@ def compile_data_parallel(
 
     compiled = on_every_rank(planned, group, device, what="compiling the data-parallel step")
     order = _agree_on_order(_production_order(compiled.captured, list(reduced)), list(reduced), group, device)
-    reduction = Reduction(group, dist.get_world_size(group), layout_buckets(order, reduced, bucket_limits(ddp)))
+    reduction = Reduction(group, dist.get_world_size(group), make_buckets(order, reduced, bucket_limits(ddp)))
     log.info(
         "data parallel over %d ranks: %d gradient buckets, %s held in the plan's fixed memory",
         reduction.world_size,

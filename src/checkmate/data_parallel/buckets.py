@@ -2,7 +2,7 @@
 
 DDP all-reduces gradients in flat buckets rather than one by one: fewer, larger collectives, each started as
 soon as its last gradient is made. `assign_buckets` is the Reducer's cut (`compute_bucket_assignment_by_size`
-in torch/csrc/distributed/c10d/reducer.cpp), `layout_buckets` places each parameter's gradient in its bucket
+in torch/csrc/distributed/c10d/reducer.cpp), `make_buckets` places each parameter's gradient in its bucket
 with the parameter's own layout, as the Reducer's bucket views do.
 """
 
@@ -100,7 +100,7 @@ def bucket_limits(ddp: Any) -> list[int]:
     return [ddp.bucket_bytes_cap]
 
 
-def layout_buckets(order: list[str], parameters: dict[str, torch.Tensor], limits: list[int]) -> tuple[Bucket, ...]:
+def make_buckets(order: list[str], parameters: dict[str, torch.Tensor], limits: list[int]) -> tuple[Bucket, ...]:
     """The buckets of `parameters` (by name) taken in `order` (the order their gradients are made), cut at `limits`."""
     tensors = [parameters[name] for name in order]
     positions = assign_buckets(

@@ -61,9 +61,9 @@ from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
 from checkmate.execute.passes import Lowering, PassOrder, with_steps
 from checkmate.options import ShardedOptions
+from checkmate.sharded.captured_units import CapturedUnits, captured_units
 from checkmate.sharded.gradients import ShardedGradients
 from checkmate.sharded.holds import hold_gathered, kept_gathered
-from checkmate.sharded.layout import UnitLayout, unit_layout
 from checkmate.sharded.memory import held_at_computes, sharded_peak
 from checkmate.sharded.planning import plan_sharded
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
@@ -117,13 +117,13 @@ class UnitPlacement:
     """What places the units' calls in a schedule of one capture (one batch shape).
 
     Attributes:
-        layout: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
-        no_remat_peak: the sharded peak of the step without recomputation, in FSDP2's layout.
+        units: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
+        no_remat_peak: the sharded peak of the step without recomputation, with the units' calls placed as FSDP2 places them.
         budget: the budget in bytes (a fraction is of `no_remat_peak`).
         hold_gathered: hold units from forward to backward where the budget has room (`ShardedOptions`).
     """
 
-    layout: UnitLayout
+    units: CapturedUnits
     no_remat_peak: int
     budget: int
     hold_gathered: bool
@@ -132,12 +132,12 @@ class UnitPlacement:
         """The units' use in `schedule`: FSDP2's, with the units held from forward to backward that fit the
         budget (`checkmate.sharded.holds`)."""
         if not self.hold_gathered:
-            return self.layout.use
-        return hold_gathered(schedule, self.layout.use, self.layout.sizes, self.budget)
+            return self.units.use
+        return hold_gathered(schedule, self.units.use, self.units.sizes, self.budget)
 
     def peak(self, schedule: Schedule) -> int:
         """The per-rank peak of `schedule` with the units' calls placed (`checkmate.sharded.memory.sharded_peak`)."""
-        return sharded_peak(schedule, self.use(schedule), self.layout.sizes)
+        return sharded_peak(schedule, self.use(schedule), self.units.sizes)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class UnitCalls:
     def __call__(self, lowering: Lowering) -> Lowering:
         schedule = lowering.schedule
         use = self.placement.use(schedule)
-        sizes = self.placement.layout.sizes
+        sizes = self.placement.units.sizes
         steps = tuple(
             Call(f"{step.action.value} unit {step.unit} ({self.names[step.unit]!r})", functools.partial(self.act, step))
             if isinstance(step, UnitCall)
@@ -226,11 +226,11 @@ class Sharded:
     def adapt(self, compiled: Compiled) -> Compiled:
         """`compiled` with the units' calls as a pass of its program, its step function generated now (not inside a
         metered step)."""
-        layout = unit_layout(compiled.captured, self.units, prefetch_gathers=self.options.prefetch_gathers)
+        units_of_capture = captured_units(compiled.captured, self.units, prefetch_gathers=self.options.prefetch_gathers)
         no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
-        no_remat_peak = sharded_peak(no_remat, layout.use, layout.sizes)
+        no_remat_peak = sharded_peak(no_remat, units_of_capture.use, units_of_capture.sizes)
         budget = resolve_budget(compiled.plan.budget or 1.0, no_remat_peak)
-        placement = UnitPlacement(layout, no_remat_peak, budget, self.options.hold_gathered)
+        placement = UnitPlacement(units_of_capture, no_remat_peak, budget, self.options.hold_gathered)
         names = tuple(unit.name for unit in self.units)
         program = compiled.program.with_passes(UnitCalls(placement, names, self._act))
         program.step_function(compiled.schedule)
@@ -241,11 +241,11 @@ class Sharded:
 
     def parameters(self, compiled: Compiled) -> list[torch.Tensor]:
         """The full parameters, whatever their storage holds when the step starts (a gather fills it)."""
-        return list(_placement(compiled).layout.parameters)
+        return list(_placement(compiled).units.parameters)
 
     def gradient_sink(self, compiled: Compiled, parameters: Sequence[torch.Tensor]) -> StepGradients:
         """Each unit's gradients, reduce-scattered into the sharded `.grad`s by its REDUCE call."""
-        self._gradients = ShardedGradients(parameters, _placement(compiled).layout.unit_of, self.units)
+        self._gradients = ShardedGradients(parameters, _placement(compiled).units.unit_of, self.units)
         return self._gradients
 
     def baseline(self, leaves: Sequence[Any]) -> list[torch.Tensor]:
@@ -267,7 +267,7 @@ class Sharded:
         gathered until their backward instead, since the budget has room for them (`checkmate.sharded.holds`):
         one all-gather fewer each, per step."""
         placement = _placement(compiled)
-        freed = placement.layout.use.reshard_after_forward
+        freed = placement.units.use.reshard_after_forward
         return tuple(unit for unit in kept_gathered(placement.use(compiled.schedule)) if freed[unit])
 
     def _act(self, call: UnitCall) -> None:

@@ -35,7 +35,7 @@ import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.sharded.agreement import agree_on_plan
-from checkmate.sharded.layout import unit_layout
+from checkmate.sharded.captured_units import captured_units
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.torch_capture.trace import LossFunction
@@ -109,8 +109,8 @@ def _plan_within_budget(
         dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={}),
         fixed_memory=fixed_memory,
     )
-    layout = unit_layout(no_remat.captured, units, prefetch_gathers=prefetch_gathers)
-    reference = stage_memory(no_remat.schedule, layout.use, layout.sizes)
+    units_of_capture = captured_units(no_remat.captured, units, prefetch_gathers=prefetch_gathers)
+    reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
@@ -124,7 +124,7 @@ def _plan_within_budget(
         graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
         round_settings = dataclasses.replace(settings, solve_options=options)
         planned = plan_again(no_remat, budget, round_settings, graph, planning_started)
-        found = stage_memory(planned.schedule, layout.use, layout.sizes)
+        found = stage_memory(planned.schedule, units_of_capture.use, units_of_capture.sizes)
         log.info("sharded peak %s for a budget of %s", format_bytes(found.peak), format_bytes(budget))
         if found.peak <= budget:
             return planned

@@ -1,7 +1,7 @@
 """Where a captured step's parameters live among the FSDP2 units, and the sizes of what each unit holds.
 
 The step is captured on the unsharded model (`checkmate.sharded.planning`), so its placeholders are the units' full
-parameters. `unit_layout` ties each placeholder to its unit, finds what each graph node does with the units
+parameters. `captured_units` ties each placeholder to its unit, finds what each graph node does with the units
 (`checkmate.sharded.reads`) and sizes what the units hold on this rank (`checkmate.sharded.memory.UnitBytes`).
 """
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class UnitLayout:
+class CapturedUnits:
     """A captured step's parameters among the units.
 
     Attributes:
@@ -43,8 +43,8 @@ class UnitLayout:
     sizes: UnitBytes
 
 
-def unit_layout(captured: Captured, units: Sequence[Unit], *, prefetch_gathers: bool) -> UnitLayout:
-    """The layout of `captured`'s parameters among `units`; `prefetch_gathers` starts each unit's all-gather early,
+def captured_units(captured: Captured, units: Sequence[Unit], *, prefetch_gathers: bool) -> CapturedUnits:
+    """Where `captured`'s parameters are among `units`; `prefetch_gathers` starts each unit's all-gather early,
     as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`).
 
     Raises:
@@ -67,7 +67,7 @@ def unit_layout(captured: Captured, units: Sequence[Unit], *, prefetch_gathers: 
         unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units)),
         prefetch_gathers=prefetch_gathers,
     )
-    return UnitLayout(parameters, unit_of, use, _sizes(captured, units, unit_of, parameters))
+    return CapturedUnits(parameters, unit_of, use, _sizes(captured, units, unit_of, parameters))
 
 
 def _sizes(
