@@ -118,7 +118,7 @@ class UnitPlacement:
 
     Attributes:
         units: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
-        no_remat_peak: the sharded peak of the step without recomputation, with the units' calls placed as FSDP2 places them.
+        no_remat_peak: the sharded peak of the step without recomputation, the units' calls placed as FSDP2 would.
         budget: the budget in bytes (a fraction is of `no_remat_peak`).
         hold_gathered: hold units from forward to backward where the budget has room (`ShardedOptions`).
     """

@@ -3,7 +3,7 @@
 FSDP2 frees a unit's gathered parameters after its forward and gathers them again before its backward
 (`reshard_after_forward=True`). Holding them instead saves one all-gather per unit and step, and costs the unit's
 gathered parameters from the end of its forward to its backward. The plan is made first (`checkmate.sharded.planning`,
-with the units' calls placed as FSDP2 places them); then each unit that FSDP2 would gather twice is held when the step's sharded peak
+the units' calls placed as FSDP2 would); then each unit that FSDP2 would gather twice is held when the sharded peak
 (`checkmate.sharded.memory.sharded_peak`) still fits the budget with it, the units whose parameters would be held
 for the fewest steps first (the last forward blocks). A hold only takes memory the plan left unused: it never costs a
 recomputation, so it needs no price per byte.
