@@ -68,20 +68,9 @@ class Block(nn.Module):
         return hidden + self.down(nn.functional.gelu(self.up(self.norm(hidden))))
 
 
-class Blocks(nn.Module):
+def _blocks() -> nn.Sequential:
     """An input projection, three blocks and a head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Linear(8, WIDTH)
-        self.blocks = nn.ModuleList(Block() for _ in range(3))
-        self.head = nn.Linear(WIDTH, 4)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed(inputs)
-        for block in self.blocks:
-            hidden = block(hidden)
-        return self.head(hidden)
+    return nn.Sequential(nn.Linear(8, WIDTH), *(Block() for _ in range(3)), nn.Linear(WIDTH, 4))
 
 
 def loss_fn(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -96,14 +85,14 @@ def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _ddp_pair() -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    model = Blocks()
+    model = _blocks()
     reference = copy.deepcopy(model)
     return DistributedDataParallel(model), DistributedDataParallel(reference)
 
 
-def _sharded(model: Blocks) -> Blocks:
+def _sharded(model: nn.Sequential) -> nn.Sequential:
     mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-    for block in model.blocks:
+    for block in list(model)[1:-1]:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
@@ -111,7 +100,7 @@ def _sharded(model: Blocks) -> Blocks:
 
 def _fsdp_pair() -> tuple[nn.Module, nn.Module]:
     torch.manual_seed(0)
-    model = Blocks()
+    model = _blocks()
     reference = copy.deepcopy(model)
     return _sharded(model), _sharded(reference)
 
