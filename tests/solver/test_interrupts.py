@@ -102,6 +102,7 @@ def _stubborn(poll: float, seen: list[SolveOptions]) -> Callable[[SolveOptions],
     return solve
 
 
+@pytest.mark.serial  # a 0.8 s wall-clock bound on a 0.5 s call: another test on the other core would lengthen it
 def test_an_interrupted_solver_is_not_waited_for_and_is_told_to_stop() -> None:
     interrupted = threading.Event()
     seen: list[SolveOptions] = []

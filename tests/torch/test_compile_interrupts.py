@@ -79,6 +79,7 @@ def test_ctrl_c_during_compile_s_search_returns_the_best_plan_within_a_second_ca
     assert entry["effort"]["time_limit"] == pytest.approx(plan.solve_time) and plan.solve_time < 30.0
 
 
+@pytest.mark.serial  # a 5 s wall-clock bound on a trace that takes about 3 s on a busy machine
 def test_ctrl_c_during_capture_raises_keyboard_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
 
