@@ -123,7 +123,7 @@ def _runs_fused(step: CompiledStep) -> bool:
     """Whether the step runs some of its schedule as fused runs of compiled nodes (as `test_inductor` reads it):
     the Inductor executor's rewrite of the schedule composed with the distribution's, not replaced by it."""
     compiled = step._compiled[step._current]
-    return any(isinstance(item, SegmentCall) for item in compiled.program.fuse(compiled.schedule))
+    return any(isinstance(item, SegmentCall) for item in compiled.program.lowered(compiled.schedule))
 
 
 def _no_sync_ddp(model: nn.Module) -> AbstractContextManager[None]:
