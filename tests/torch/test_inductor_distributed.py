@@ -122,7 +122,7 @@ def _assert_same(model: nn.Module, reference: nn.Module, exact: bool, context: s
 def _runs_fused(step: CompiledStep) -> bool:
     """Whether the step runs some of its schedule as fused runs of compiled nodes (as `test_inductor` reads it):
     the Inductor executor's rewrite of the schedule composed with the distribution's, not replaced by it."""
-    compiled = step._compiled[step._current]
+    compiled = step.compiled
     return any(isinstance(item, SegmentCall) for item in compiled.program.lowered(compiled.schedule))
 
 
