@@ -91,5 +91,7 @@ def test_passes_run_by_their_order_whatever_order_they_are_given_in() -> None:
 
 
 def test_a_fused_run_is_cut_where_a_call_was_placed() -> None:
-    assert _cut(range(2, 9), {5}) == [range(2, 5), range(5, 9)]
-    assert _cut(range(2, 9), {2, 9, 12}) == [range(2, 9)], "a call before the run's first step or after it cuts nothing"
+    steps = [Compute(0, 0), Compute(1, 1), Compute(2, 2), Free(1, 2), Free(0, 2), Compute(3, 3), Compute(4, 4)]
+    assert _cut(range(7), {2}, steps) == [range(2), range(2, 7)]
+    assert _cut(range(7), {3}, steps) == [range(3), range(5, 7)], "a piece starts at its first Compute step"
+    assert _cut(range(7), {0, 7, 12}, steps) == [range(7)], "a call at or outside the run's ends cuts nothing"

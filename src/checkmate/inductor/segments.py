@@ -113,7 +113,7 @@ def fused_steps(
     runs = [
         piece
         for run in candidate_runs(schedule.steps, _joinable(captured, kernels), MAX_NODES)
-        for piece in _cut(run, barriers)
+        for piece in _cut(run, barriers, schedule.steps)
     ]
     if not runs:
         return lowering.steps
@@ -149,10 +149,16 @@ def fused_steps(
     return tuple(steps)
 
 
-def _cut(run: range, barriers: set[int]) -> list[range]:
-    """`run` cut before each of `barriers` inside it (a piece of a run is a run: see the module doc)."""
+def _cut(run: range, barriers: set[int], steps: Sequence[Step]) -> list[range]:
+    """`run` cut before each of `barriers` inside it, each piece from its first Compute step (a piece of a run is a
+    run, see the module doc; the Free steps before its first Compute run as they are)."""
     cuts = [run.start, *sorted(position for position in barriers if run.start < position < run.stop), run.stop]
-    return [range(start, stop) for start, stop in itertools.pairwise(cuts)]
+    pieces = []
+    for start, stop in itertools.pairwise(cuts):
+        while start < stop and not isinstance(steps[start], Compute):
+            start += 1
+        pieces.append(range(start, stop))
+    return pieces
 
 
 def _joinable(captured: Captured, kernels: Sequence[NodeKernel]) -> Callable[[Compute], bool]:
