@@ -223,13 +223,9 @@ def test_profile_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert [node.cost for node in second.graph.nodes] == [node.cost for node in first.graph.nodes]
 
 
-@pytest.mark.parametrize(("drift", "runs"), [(0.0, DEFAULT_REPEATS.minimum), (0.5, DEFAULT_REPEATS.maximum)])
-def test_profiling_stops_once_the_step_total_settles(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drift: float, runs: int
-) -> None:
-    """Timed runs continue until the summed per-op medians move by at most `settled`, within `minimum` and `maximum`:
-    with steady times the minimum, with times that keep growing the maximum."""
-    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+def _timed_passes(monkeypatch: pytest.MonkeyPatch, drift: float, **options: Any) -> int:
+    """How many times a profiling capture runs the step (warm-up included) when each run times every op `drift`
+    slower than the one before; `options` are capture's."""
     model, loss_fn, batch = SMALL["mlp"]()
     passes: list[int] = []
 
@@ -241,8 +237,18 @@ def test_profiling_stops_once_the_step_total_settles(
     captured = capture(model, loss_fn, batch, cost_model="flops")
     first_name = next(node.name for node in captured.module.graph.nodes if node.op == "call_function")
     monkeypatch.setattr("checkmate.torch_capture.profile._cpu_timer", timer)
-    capture(model, loss_fn, batch, cost_model="profile")
-    assert len(passes) == DEFAULT_REPEATS.warmup + runs
+    capture(model, loss_fn, batch, cost_model="profile", **options)
+    return len(passes)
+
+
+@pytest.mark.parametrize(("drift", "runs"), [(0.0, DEFAULT_REPEATS.minimum), (0.5, DEFAULT_REPEATS.maximum)])
+def test_profiling_stops_once_the_step_total_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drift: float, runs: int
+) -> None:
+    """Timed runs continue until the summed per-op medians move by at most `settled`, within `minimum` and `maximum`:
+    with steady times the minimum, with times that keep growing the maximum."""
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+    assert _timed_passes(monkeypatch, drift) == DEFAULT_REPEATS.warmup + runs
 
 
 @pytest.mark.parametrize("drift", [0.0, 0.5])
@@ -251,19 +257,8 @@ def test_profile_repeats_are_an_option_of_capture(
 ) -> None:
     """`profile_repeats` sets the runs capture times, steady or not: here one warm-up and exactly two timed runs."""
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
-    model, loss_fn, batch = SMALL["mlp"]()
-    passes: list[int] = []
-
-    def timer(node: torch.fx.Node, args: Any, kwargs: Any) -> tuple[Any, float]:
-        if node.name == first_name:
-            passes.append(len(passes))
-        return node.target(*args, **kwargs), (1.0 + drift) ** len(passes)  # type: ignore[operator]
-
-    captured = capture(model, loss_fn, batch, cost_model="flops")
-    first_name = next(node.name for node in captured.module.graph.nodes if node.op == "call_function")
-    monkeypatch.setattr("checkmate.torch_capture.profile._cpu_timer", timer)
-    capture(model, loss_fn, batch, cost_model="profile", profile_repeats=ProfileRepeats(warmup=1, minimum=2, maximum=2))
-    assert len(passes) == 3
+    repeats = ProfileRepeats(warmup=1, minimum=2, maximum=2)
+    assert _timed_passes(monkeypatch, drift, profile_repeats=repeats) == 3
 
 
 @torch.library.custom_op("checkmate_test::twice", mutates_args=())
