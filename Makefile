@@ -13,7 +13,7 @@ $(BIN)/checkmate: pyproject.toml constraints-dev.txt
 test: $(BIN)/checkmate
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n 2 -m "not serial"  # two workers: about 8-11 min here, against 12.3 in one process
+	$(BIN)/pytest -q -n 2 --dist worksteal -m "not serial"  # two workers; an idle one takes queued tests from the other
 	$(BIN)/pytest -q -m serial  # wall-clock bounds, alone on the machine
 
 demo: $(BIN)/checkmate
