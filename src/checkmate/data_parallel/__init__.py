@@ -131,9 +131,6 @@ class DataParallel:
     def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
         return plan_step(self.ddp.module, loss_fn, batch, settings, fixed_memory=self.fixed_memory)
 
-    def adapt(self, compiled: Compiled) -> Compiled:
-        return compiled
-
     def before_step(self) -> None:
         """As DDP's forward: broadcast rank 0's buffers unless the previous step ran under `no_sync()`."""
         ddp = self.ddp

@@ -72,7 +72,7 @@ from checkmate.simulate import Schedule, lower
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import PlannedMemory
-from checkmate.training.planning import Compiled, Settings, signature_of
+from checkmate.training.planning import Compiled, Settings, generate_step_function, signature_of
 from checkmate.training.ranks import on_every_rank
 
 log = logging.getLogger(__name__)
@@ -221,11 +221,12 @@ class Sharded:
             self.group,
             prefetch_gathers=self.options.prefetch_gathers,
         )
-        return self.adapt(planned)
+        placed = self._with_unit_calls(planned)
+        generate_step_function(placed, settings)
+        return placed
 
-    def adapt(self, compiled: Compiled) -> Compiled:
-        """`compiled` with the units' calls as a pass of its program, its step function generated now (not inside a
-        metered step)."""
+    def _with_unit_calls(self, compiled: Compiled) -> Compiled:
+        """`compiled` with the units' calls as a pass of its program."""
         units_of_capture = captured_units(compiled.captured, self.units, prefetch_gathers=self.options.prefetch_gathers)
         no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
         no_remat_peak = sharded_peak(no_remat, units_of_capture.use, units_of_capture.sizes)
@@ -233,7 +234,6 @@ class Sharded:
         placement = UnitPlacement(units_of_capture, no_remat_peak, budget, self.options.hold_gathered)
         names = tuple(unit.name for unit in self.units)
         program = compiled.program.with_passes(UnitCalls(placement, names, self._act))
-        program.step_function(compiled.schedule)
         return dataclasses.replace(compiled, program=program)
 
     def before_step(self) -> None:

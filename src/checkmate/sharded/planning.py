@@ -108,6 +108,7 @@ def _plan_within_budget(
         batch,
         dataclasses.replace(settings, budget=1.0, method="checkpoint_all", solve_options={}),
         fixed_memory=fixed_memory,
+        generate=False,  # planned again below; `checkmate.sharded` generates the plan's step with its units' calls
     )
     units_of_capture = captured_units(no_remat.captured, units, prefetch_gathers=prefetch_gathers)
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)

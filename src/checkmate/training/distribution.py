@@ -6,8 +6,8 @@ sharded with FSDP2's `fully_shard`. The step calls only this protocol; a distrib
 
 * planning: how a batch shape is planned (every rank together where the ranks must run one plan), and what it adds
   to the plan's fixed memory (`fixed_memory`) and to each stage's (FSDP2's gathered units, inside its planning);
-* passes: which schedule passes it adds to a planned shape's program (`adapt`; `checkmate.execute.passes`), which
-  hold its state for that shape, typed;
+* passes: which schedule passes it adds to a planned shape's program (`checkmate.execute.passes`), which hold its
+  state for that shape, typed;
 * running: what happens before each call (DDP's buffer broadcast), which tensors the step reads as parameters, where
   gradients go (and so which collectives run), and what a metered call starts with;
 * memory: a planned shape's figures as the distribution holds it (`PlannedMemory`), which the report gives and a
@@ -69,16 +69,13 @@ class Distribution(Protocol):
     def description(self) -> str: ...
 
     def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
-        """`batch`'s step planned within `settings`, with this distribution's passes added (`adapt`).
+        """`batch`'s step planned within `settings`, with this distribution's passes in its program and its step
+        function generated.
 
         Raises:
             InfeasibleBudget: no plan of the method fits.
             RankFailed: planning failed on another rank.
         """
-        ...
-
-    def adapt(self, compiled: Compiled) -> Compiled:
-        """`compiled` with this distribution's passes in its program."""
         ...
 
     def before_step(self) -> None:
@@ -117,9 +114,6 @@ class SingleProcess:
 
     def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
         return plan_step(self.model, loss_fn, batch, settings)
-
-    def adapt(self, compiled: Compiled) -> Compiled:
-        return compiled
 
     def before_step(self) -> None:
         return None

@@ -91,10 +91,18 @@ def in_bytes(settings: Settings, first: Compiled) -> Settings:
 
 
 def plan_step(
-    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, *, fixed_memory: int = 0
+    model: nn.Module,
+    loss_fn: LossFunction,
+    batch: Sequence[Any],
+    settings: Settings,
+    *,
+    fixed_memory: int = 0,
+    generate: bool = True,
 ) -> Compiled:
     """Capture the step for this batch, resolve the budget and plan it (from the disk cache when possible).
-    `fixed_memory` is what a distribution holds beside the model's tensors (`Distribution.fixed_memory`).
+    `fixed_memory` is what a distribution holds beside the model's tensors (`Distribution.fixed_memory`). With
+    `generate`, the plan's step function is generated now, not inside a metered step (a distribution that adds
+    passes to the program generates it once they are in).
 
     The executor's captures (`capture_choices`) are planned in order, fastest without recomputation first. A plan
     that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
@@ -127,9 +135,16 @@ def plan_step(
                 break
     if best is None:
         raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
-    with disk_cache.caching(settings.cache):  # the Inductor executor compiles and measures its fused runs here
-        best.program.step_function(best.schedule)
+    if generate:
+        generate_step_function(best, settings)
     return best
+
+
+def generate_step_function(compiled: Compiled, settings: Settings) -> None:
+    """Generate the step function of `compiled`'s schedule with its program's passes (the Inductor executor compiles
+    and measures its fused runs here, reading and writing their cache as the settings say)."""
+    with disk_cache.caching(settings.cache):
+        compiled.program.step_function(compiled.schedule)
 
 
 def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph, started: float) -> Compiled:
