@@ -1,6 +1,6 @@
 """Side by side with the tools PyTorch users have today: at the memory I have, which tool trains fastest?
 
-    # reduced run (small models, 15 interleaved rounds; about 15 min on the 2-core box)
+    # reduced run (small models, 15 interleaved rounds; about 35 min on the 2-core box with every executor)
     .venv/bin/python benchmarks/peers.py --quick --repeats 15 --cache-dir $(mktemp -d) \
         --out benchmarks/results/peers_quick.json --plot docs/peers_quick.png
     # full run (on a quiet machine; about 1.5 h on 2 CPU cores, most of it torch.compile and the solves)
