@@ -22,6 +22,7 @@ from torch import nn
 
 from checkmate.byte_sizes import parse_budget
 from checkmate.data_parallel import compile_data_parallel
+from checkmate.errors import InvalidArgument
 from checkmate.executors import executor_named
 from checkmate.options import (
     CostModel,
@@ -153,9 +154,15 @@ def compile(
         channels_last=channels_last,
         planning_time_limit=planning_time_limit,
     )
+    sharded_model = _is_sharded(model)
+    if sharded is not None and not sharded_model:
+        raise InvalidArgument(
+            "sharded= places the units of a model sharded with FSDP2's fully_shard, and this model has none: leave it "
+            "out, or apply fully_shard to the model's blocks and its root"
+        )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return compile_data_parallel(model, loss_fn, batch, settings)
-    if _is_sharded(model):
+    if sharded_model:
         from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor are slow to import
 
         return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import torch
 from eager_oracle import compare_steps, recompute_everything, train_three_steps
 
 import checkmate
@@ -211,3 +212,12 @@ def test_options_are_refused_before_any_work(
     model, loss_fn, batch = zoo.mlp(batch_size=2)
     with pytest.raises(checkmate.InvalidArgument, match=named):
         checkmate.compile(model, loss_fn, batch, budget=1.0, **options)
+
+
+def test_sharded_options_need_a_sharded_model() -> None:
+    """`sharded=` only means something for a model sharded with FSDP2: elsewhere it is refused, not ignored."""
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(checkmate.InvalidArgument, match="sharded= places the units of a model sharded"):
+        checkmate.compile(
+            model, lambda m, x: m(x).sum(), (torch.randn(3, 4),), budget=1.0, sharded=checkmate.ShardedOptions()
+        )
