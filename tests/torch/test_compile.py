@@ -155,6 +155,22 @@ def test_report_before_and_after_a_call() -> None:
         assert label in text
 
 
+def test_report_gives_the_predicted_time_beside_the_measured() -> None:
+    """With profiled costs the plan's cost is seconds: the report puts it beside the measured step time; with other
+    cost models there is no prediction in seconds to give."""
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", measure_memory="never")
+    step(*batch)
+    report = step.report()
+    assert report.predicted_time == step.plan.cost > 0
+    assert report.measured_time is not None
+    assert f"predicted {report.predicted_time * 1e3:.1f} ms, measured {report.measured_time * 1e3:.1f} ms" in str(
+        report
+    )
+    unit = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    assert unit.report().predicted_time is None and "predicted" not in str(unit.report())
+
+
 def test_budget_forms() -> None:
     assert resolve_budget(0.5, 1000) == 500
     assert resolve_budget(1.0, 1000) == 1000

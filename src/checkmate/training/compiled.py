@@ -301,6 +301,7 @@ class CompiledStep:
             measured_peak=self._measured_peak.get(self._current),
             measured_time=self._measured_time,
             reused_from=None if compiled.reused_from is None else describe(compiled.reused_from),
+            predicted_time=plan.cost if compiled.captured.cost_model == "profile" else None,
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
