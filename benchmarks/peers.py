@@ -183,6 +183,8 @@ def plan_ours(setting: Setting, budget: int, how: tuple[str, str], level: int) -
     candidate = Candidate(tool, config, model, run, knob=level, budget=int(budget))
     candidate.setup_s, candidate.solve_s = time.perf_counter() - started, step.plan.solve_time
     candidate.predicted_peak = step.plan.peak_memory
+    predicted = step.report().predicted_time
+    candidate.predicted_ms = None if predicted is None else predicted * 1e3
     candidate.extra.update(status=step.plan.status, step=step)
     return candidate
 
@@ -218,6 +220,7 @@ def _plan_ours_backend(setting: Setting, budget: int, method: str, level: int, t
     region = planner.regions[-1]
     candidate.setup_s, candidate.solve_s = time.perf_counter() - started, region.plan.solve_time
     candidate.predicted_peak = region.plan.peak_memory
+    candidate.predicted_ms = region.plan.cost * 1e3 if args.cost_model == "profile" else None
     candidate.extra.update(status=region.plan.status, warm=True, regions=len(planner.regions))
     return candidate
 
@@ -335,6 +338,7 @@ def to_row(candidate: Candidate, workload: Workload, seconds: list[float] | None
         budget=candidate.budget,
         predicted_peak=candidate.predicted_peak,
         measured_peak=candidate.measured_peak,
+        predicted_ms=candidate.predicted_ms,
         own_meter_peak=candidate.own_meter_peak,
         step_ms=statistics.median(seconds) * 1e3 if seconds else None,
         step_ms_min=min(seconds) * 1e3 if seconds else None,

@@ -34,6 +34,7 @@ class Row:
     own_meter_peak: int | None = None
     step_ms: float | None = None
     step_ms_min: float | None = None
+    predicted_ms: float | None = None
     setup_s: float | None = None
     solve_s: float | None = None
     grads_equal: bool | None = None
@@ -217,19 +218,24 @@ def monotonicity_table(rows: Sequence[Row]) -> str:
 
 
 def prediction_table(rows: Sequence[Row]) -> str:
-    """Predicted against measured peak for the tools that predict one (ours), and our own meter beside the one."""
+    """Predicted against measured peak and step time for the tools that predict them (ours; a time only with
+    profiled costs, and only in rows measured since it is recorded), and our own meter beside the one."""
     lines = [
         "| model | tool | configuration | budget MiB | predicted MiB | measured MiB (one meter) | measured / "
-        "predicted | our dispatch meter MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "predicted | our dispatch meter MiB | predicted ms | measured ms | measured / predicted time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         if row.predicted_peak is None and row.own_meter_peak is None:
             continue
         ratio = f"{row.measured_peak / row.predicted_peak:.3f}" if row.measured_peak and row.predicted_peak else ""
+        predicted_ms = "—" if row.predicted_ms is None else f"{row.predicted_ms:.1f}"
+        measured_ms = "—" if row.step_ms is None else f"{row.step_ms:.1f}"
+        time_ratio = f"{row.step_ms / row.predicted_ms:.2f}" if row.step_ms and row.predicted_ms else "—"
         lines.append(
             f"| {row.model} | {row.tool} | {row.config} | {_mib(row.budget)} | {_mib(row.predicted_peak)} | "
-            f"{_mib(row.measured_peak)} | {ratio} | {_mib(row.own_meter_peak)} |"
+            f"{_mib(row.measured_peak)} | {ratio} | {_mib(row.own_meter_peak)} | {predicted_ms} | {measured_ms} | "
+            f"{time_ratio} |"
         )
     return "\n".join(lines)
 

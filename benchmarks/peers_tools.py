@@ -106,6 +106,7 @@ class Candidate:
     run: Callable[[], None]
     knob: float | None = None
     predicted_peak: int | None = None
+    predicted_ms: float | None = None
     setup_s: float | None = None
     solve_s: float | None = None
     budget: int | None = None
