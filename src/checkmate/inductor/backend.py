@@ -54,7 +54,7 @@ from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
 from checkmate.options import BackendCostModel, check_choice
 from checkmate.plan import Plan
-from checkmate.search_defaults import with_search_defaults, within_time_left
+from checkmate.search_defaults import with_search_defaults
 from checkmate.simulate import lower
 from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import random_state_bytes
@@ -187,7 +187,10 @@ class CheckmateBackend:
                 100 * error.minimum / no_remat.peak_memory,
             )
             budget = error.minimum
-            plan = self._solve(captured, budget, self._options_left(solve_started), started)
+            # the fallback gets what is left of the region's `time_limit`, counted from the first solve
+            options = settings.solve_options
+            left = solving.options_within(settings.method, options, options.get("time_limit"), solve_started)
+            plan = self._solve(captured, budget, left, started)
         region = PlannedRegion(index, graph.size, budget, no_remat.peak_memory, plan, no_remat.cost)
         self.regions.append(region)
         log.log(
@@ -217,15 +220,6 @@ class CheckmateBackend:
             device=captured.device,
             cache=settings.cache,
         )
-
-    def _options_left(self, started: float) -> dict[str, Any]:
-        """The options of a region's later solve: `time_limit` is the region's, counted from `started`, its first
-        solve."""
-        options = self.settings.solve_options
-        limit = options.get("time_limit")
-        if limit is None:
-            return options
-        return within_time_left(self.settings.method, options, limit, started)
 
 
 def backend(

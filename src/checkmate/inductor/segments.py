@@ -130,13 +130,12 @@ def fused_steps(
         )
     fuser.store()
     steps: list[ScheduleItem] = []
-    skip_until: int | None = None
+    stop = 0  # the schedule position the last call replaced steps up to
     for item, position in zip(lowering.steps, positions, strict=True):
-        if position is not None and skip_until is not None and position < skip_until:
+        if position is not None and position < stop:
             continue
-        skip_until = None
-        if position is not None and position in calls:
-            call, skip_until = calls[position]
+        if position in calls:
+            call, stop = calls[position]
             steps.append(call)
         else:
             steps.append(item)
