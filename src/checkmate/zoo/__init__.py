@@ -12,7 +12,8 @@ Each factory takes `batch_size` first (then the resolution or sequence length an
   size). Each takes a width multiplier (`width`, or `dim`/`layers` for `gpt2`) for a tiny variant of the same
   structure. At full size they hold hundreds of MiB of weights: call them under a `FakeTensorMode` to capture them
   without allocating (as `checkmate.max_batch` does).
-* small models for tests and the demo: `mlp`, `vgg`, `resnet` (BasicBlocks), `gpt`.
+* small models for tests and the demo: `mlp`, `vgg`, `resnet` (BasicBlocks), `gpt`, and `convnext` (ConvNeXt-like
+  blocks: mostly ops Inductor fuses).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from checkmate.zoo.common import Factory, classification_loss, language_model_loss, segmentation_loss
+from checkmate.zoo.convnext import convnext
 from checkmate.zoo.language import gpt, gpt2
 from checkmate.zoo.perceptron import mlp
 from checkmate.zoo.segmentation import fcn8, segnet, unet
@@ -30,6 +32,7 @@ FACTORIES: dict[str, Callable[..., Factory]] = {
     "vgg": vgg,
     "resnet": resnet,
     "gpt": gpt,
+    "convnext": convnext,
     "vgg16": vgg16,
     "vgg19": vgg19,
     "mobilenet": mobilenet,
@@ -45,6 +48,7 @@ __all__ = [
     "FACTORIES",
     "Factory",
     "classification_loss",
+    "convnext",
     "fcn8",
     "gpt",
     "gpt2",
