@@ -30,6 +30,9 @@ class Node:
         workspace: bytes the op holds only while it runs, beyond its inputs and output (int >= 0): temporaries
             of an op that stands for several framework ops. They count in the peak at the moment it runs.
         recompute_workspace: the same when the op is recomputed (a stage after its own); None means `workspace`.
+        recompute_cost: compute cost of a recomputation (a stage after its own); None means `cost`. Lower where a
+            recomputation runs inside the kernel of the op that reads it, which then neither writes nor reads the
+            value from memory (`checkmate.inductor.pricing`).
             They differ when the op makes values that leave the step, such as a parameter gradient: the first
             run's copy is counted in the fixed memory (or in `retained`), a recomputation's copy is a temporary.
         retained: bytes the op's first run leaves alive until the step ends, outside the plan's control: the
@@ -46,6 +49,7 @@ class Node:
     workspace: int = 0
     recompute_workspace: int | None = None
     retained: int = 0
+    recompute_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,14 @@ class Graph:
     def costs(self) -> np.ndarray:
         """float64[n]: compute cost of each node."""
         return np.array([node.cost for node in self.nodes], dtype=np.float64)
+
+    @cached_property
+    def recompute_costs(self) -> np.ndarray:
+        """float64[n]: compute cost of each node when recomputed (a stage after its own)."""
+        return np.array(
+            [node.cost if node.recompute_cost is None else node.recompute_cost for node in self.nodes],
+            dtype=np.float64,
+        )
 
     @cached_property
     def memory(self) -> np.ndarray:
@@ -250,13 +262,12 @@ def _validate(graph: Graph) -> None:
         if node.name in seen:
             raise InvalidGraph(f"{label}: the name is used twice; names must be unique")
         seen.add(node.name)
-        if (
-            isinstance(node.cost, bool)
-            or not isinstance(node.cost, (int, float))
-            or not math.isfinite(node.cost)
-            or node.cost < 0
-        ):
-            raise InvalidGraph(f"{label}: cost must be a finite number >= 0, got {node.cost!r}")
+        for field in ("cost", "recompute_cost"):
+            cost = getattr(node, field)
+            if cost is None and field == "recompute_cost":
+                continue
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+                raise InvalidGraph(f"{label}: {field} must be a finite number >= 0, got {cost!r}")
         for field in ("memory", "workspace", "recompute_workspace", "retained"):
             value = getattr(node, field)
             if value is None and field == "recompute_workspace":
