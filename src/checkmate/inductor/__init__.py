@@ -6,9 +6,10 @@
     run_schedule(step.program, lower(step.captured.graph, plan.R, plan.S), inputs, on_gradient=...)
 
 Stages: `kernels` compiles each planning node into one Inductor function (recomputations stay separate calls);
-`measure` times them and reads the allocator around each call; `pricing` puts those figures into the planning
-graph; `program` makes the executor's program call the functions; `segments` compiles runs of a solved schedule as
-one function each (fusion across nodes), keeping those that measure within the plan's peak.
+`measure` times them and reads the allocator around each call; `memory_traffic` times moving a value through
+memory; `pricing` puts those figures into the planning graph (a recomputation fused into its reader's kernel costs
+less than its first run); `program` makes the executor's program call the functions; `segments` compiles runs of a
+solved schedule as one function each (fusion across nodes), keeping those that measure within the plan's peak.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from checkmate.captured import Captured
 from checkmate.execute.program import Program
 from checkmate.inductor.kernels import NodeKernel, compile_kernels
 from checkmate.inductor.measure import measure_kernels
+from checkmate.inductor.memory_traffic import memory_traffic
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.program import inductor_program
 
@@ -50,7 +52,8 @@ def prepare_inductor(
     """Compile and measure every node of `captured` (inputs: parameters, buffers, batch in placeholder order)."""
     kernels = compile_kernels(captured)
     measures = measure_kernels(captured, kernels, inputs, device)
-    graph = priced_graph(captured, kernels, measures, reprice_costs=reprice_costs)
+    traffic = memory_traffic(device) if reprice_costs else None
+    graph = priced_graph(captured, kernels, measures, traffic=traffic)
     priced = dataclasses.replace(captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model)
     return InductorStep(priced, inductor_program(priced, kernels, device), kernels)
 

@@ -50,6 +50,7 @@ from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
 from checkmate.inductor.kernels import compile_kernels, example_value
 from checkmate.inductor.measure import measure_kernels
+from checkmate.inductor.memory_traffic import memory_traffic
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
 from checkmate.options import BackendCostModel, check_choice
@@ -160,8 +161,9 @@ class CheckmateBackend:
             kernels = compile_kernels(captured)
             inputs = _real_inputs(captured, examples)
             measures = measure_kernels(captured, kernels, inputs, device)
-        reprice_costs = settings.cost_model == "profile"
-        graph = priced_graph(captured, kernels, measures, reprice_costs=reprice_costs)
+            reprice_costs = settings.cost_model == "profile"
+            traffic = memory_traffic(device) if reprice_costs else None
+        graph = priced_graph(captured, kernels, measures, traffic=traffic)
         copies = sum(
             _bytes(value) for node, value in zip(_placeholders(captured), inputs, strict=True) if node in mutated
         )
