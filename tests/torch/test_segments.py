@@ -95,3 +95,29 @@ def test_a_second_compile_measures_no_run(monkeypatch: pytest.MonkeyPatch) -> No
     step, _ = _gpt_step()
     compiled = step._compiled[step._current]
     assert any(isinstance(item, SegmentCall) for item in compiled.program.lowered(compiled.schedule))
+
+
+@pytest.mark.slow
+def test_the_predicted_time_counts_each_fused_call_as_measured() -> None:
+    """With profiled costs the report predicts the step as it runs: each fused call at its own measured time, each
+    other computation at its node's cost; the plan's own price (per node) is given beside it."""
+    torch.manual_seed(0)
+    model, loss_fn, batch = zoo.gpt(batch_size=2, length=16, dim=32, heads=2, layers=1, vocab=64)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, executor="inductor", measure_memory="never")
+    step(*batch)
+    compiled = step._compiled[step._current]
+    steps = compiled.program.run_steps(compiled.schedule)
+    calls = [item for item in steps if isinstance(item, SegmentCall)]
+    assert calls and all(call.seconds is not None and call.seconds > 0 for call in calls)
+    graph = compiled.captured.graph
+    alone = [item for item in steps if isinstance(item, Compute)]
+    expected = sum(call.seconds or 0.0 for call in calls) + sum(float(graph.costs[item.node]) for item in alone)
+    report = step.report()
+    assert report.predicted_time == pytest.approx(expected)
+    assert report.planned_time == step.plan.cost
+    fused_nodes = sum(float(graph.costs[compute.node]) for call in calls for compute in call.computes)
+    assert report.predicted_time != pytest.approx(report.planned_time), (
+        f"the fused calls ({sum(call.seconds or 0.0 for call in calls):.6f} s) replace their nodes' costs "
+        f"({fused_nodes:.6f} s)"
+    )
+    assert "as planned, before fusing runs" in str(report)

@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 class Program:
     """A Captured step compiled for execution, and the step functions generated from it so far.
 
-    `step_functions` maps id(schedule) to (a weak reference to the schedule, its function): a schedule is
-    generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
+    `step_functions` maps id(schedule) to (a weak reference to the schedule, its function, the steps it runs): a
+    schedule is generated once and its function dropped once the schedule is gone (a plan replaced by `use_plan`).
     `passes` rewrite a schedule's steps before its function is generated, by their order
     (`checkmate.execute.passes`): an executor's fusion of runs, a distribution's calls among the steps.
     """
@@ -61,13 +61,19 @@ class Program:
     buffer_count: int
     output_count: int = 0
     passes: tuple[SchedulePass, ...] = field(default=(), compare=False)
-    step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction]] = field(
+    step_functions: dict[int, tuple[weakref.ref[Schedule], StepFunction, tuple[ScheduleItem, ...]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
     def lowered(self, schedule: Schedule) -> tuple[ScheduleItem, ...]:
-        """The steps the step function of `schedule` runs: its own, rewritten by this program's passes."""
+        """The steps the step function of `schedule` runs: its own, rewritten by this program's passes (applied
+        again: `run_steps` gives those of the function generated)."""
         return apply_passes(schedule, self.passes)
+
+    def run_steps(self, schedule: Schedule) -> tuple[ScheduleItem, ...]:
+        """The steps `step_function(schedule)` runs (generating it when it is not yet)."""
+        self.step_function(schedule)
+        return self.step_functions[id(schedule)][2]
 
     def with_passes(self, *passes: SchedulePass) -> Program:
         """This program with `passes` added to its own (its step functions generated anew)."""
@@ -93,9 +99,9 @@ class Program:
             output_count=self.output_count,
         )
         function = step_function(source)
-        for key in [key for key, (reference, _) in self.step_functions.items() if reference() is None]:
+        for key in [key for key, (reference, *_) in self.step_functions.items() if reference() is None]:
             del self.step_functions[key]
-        self.step_functions[id(schedule)] = (weakref.ref(schedule), function)
+        self.step_functions[id(schedule)] = (weakref.ref(schedule), function, steps)
         return function
 
 

@@ -20,7 +20,9 @@ solved with do not bound it. Each run's function is called once on zeros of the 
 (the values of freed nodes held only by the argument list, which the call empties), and the allocator's peak above
 the start of the call is read. A run is kept when what the plan holds as it starts plus that rise stays within the
 plan's peak; otherwise it is split in two and each half tried, down to single nodes, which run their own functions.
-The rises are cached on disk beside the node measures, so a second compile of the same model measures nothing.
+Each kept run's call is then timed (the median of `TIMED_CALLS` calls on the same zeros), for the step's predicted
+time as it runs (`checkmate.execute.predicted_time`). The rises and times are cached on disk beside the node
+measures, so a second compile of the same model measures nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -38,7 +41,7 @@ import torch
 
 from checkmate.captured import Captured
 from checkmate.execute.codegen import ScheduleItem, SegmentCall
-from checkmate.execute.memory import measure_peak
+from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, with_steps
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.json_cache import finite_number, merge_entries, read_entries
@@ -48,6 +51,7 @@ from checkmate.torch_capture.profile import cache_directory, device_key
 log = logging.getLogger(__name__)
 
 MAX_NODES = 96
+TIMED_CALLS = 3
 
 
 def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], max_nodes: int) -> list[range]:
@@ -177,6 +181,19 @@ def measure_rise(entry: Callable[[list[Any]], Any], arguments: list[Any], device
     return meter.peak_bytes
 
 
+def call_seconds(entry: Callable[[list[Any]], Any], arguments: list[Any], device: torch.device) -> float:
+    """The median time of `TIMED_CALLS` calls of `entry` on `arguments` (held here, so none dies inside a call)."""
+    times = []
+    with torch.no_grad():
+        for _ in range(TIMED_CALLS):
+            synchronize(device)
+            started = time.perf_counter()
+            entry(list(arguments))
+            synchronize(device)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 class _Fuser:
     """Compiles and measures runs of one schedule, splitting those that would exceed the plan's peak."""
 
@@ -188,9 +205,13 @@ class _Fuser:
         self.peak = lowering.peak
         self.fx_nodes = {node.name: node for node in captured.module.graph.nodes}
         self.leaving = leaving_values(captured)
-        self.path = cache_directory() / f"inductor-runs-{device_key(device, torch.get_num_threads())}.json"
+        device_name = device_key(device, torch.get_num_threads())
+        self.path = cache_directory() / f"inductor-runs-{device_name}.json"
+        self.times_path = cache_directory() / f"inductor-run-times-{device_name}.json"
         self.rises: dict[str, int] = {key: int(value) for key, value in read_entries(self.path, finite_number).items()}
-        self.fresh: dict[str, int] = {}
+        self.times = {key: float(value) for key, value in read_entries(self.times_path, finite_number).items()}
+        self.fresh_rises: dict[str, int] = {}
+        self.fresh_times: dict[str, float] = {}
         # Bytes held just before each Compute step: its `usage` (`checkmate.simulate.lower`) less what the step adds.
         computes = [(position, step) for position, step in enumerate(schedule.steps) if isinstance(step, Compute)]
         self.before: dict[int, int] = {}
@@ -239,18 +260,21 @@ class _Fuser:
         if entry is None:
             return None
         dying = {name for index in handed for name in self.captured.exports[index]}
-        rise = self._rise(entry, inputs, dying, key)
-        if rise is None or before + rise > self.peak:
-            log.debug("%s: %s above the plan's peak; split", label, rise)
+        measured = self._measured(entry, inputs, dying, key)
+        if measured is None or before + measured[0] > self.peak:
+            log.debug("%s: %s above the plan's peak; split", label, measured)
             return None
-        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed)
+        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed, seconds=measured[1])
 
-    def _rise(self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], key: str) -> int | None:
-        """The allocator's peak above its level when the call starts (None: the call kept its argument list)."""
+    def _measured(
+        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], key: str
+    ) -> tuple[int, float] | None:
+        """The allocator's peak above its level when the call starts, and the call's median time (None: the call
+        kept its argument list)."""
         measured_key = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
         cache_key = measured_key.hexdigest()
-        if cache_key in self.rises:
-            return self.rises[cache_key]
+        if cache_key in self.rises and cache_key in self.times:
+            return self.rises[cache_key], self.times[cache_key]
         arguments = [example_value(self.fx_nodes[name]) for name in inputs]
         kept = [value for name, value in zip(inputs, arguments, strict=True) if name not in dying]
         rise = measure_rise(entry, arguments, self.device)
@@ -258,9 +282,13 @@ class _Fuser:
         if arguments:
             log.warning("Inductor's boxed call kept its arguments; this run of the schedule is not fused")
             return None
-        self.rises[cache_key] = self.fresh[cache_key] = rise
-        return rise
+        seconds = call_seconds(entry, [example_value(self.fx_nodes[name]) for name in inputs], self.device)
+        self.rises[cache_key] = self.fresh_rises[cache_key] = rise
+        self.times[cache_key] = self.fresh_times[cache_key] = seconds
+        return rise, seconds
 
     def store(self) -> None:
-        if self.fresh:
-            merge_entries(self.path, dict(self.fresh), finite_number)
+        if self.fresh_rises:
+            merge_entries(self.path, dict(self.fresh_rises), finite_number)
+        if self.fresh_times:
+            merge_entries(self.times_path, dict(self.fresh_times), finite_number)

@@ -33,6 +33,7 @@ from checkmate.captured import Captured
 from checkmate.errors import ExecutionError, InfeasibleBudget
 from checkmate.execute.gradients import WithBatchGradients
 from checkmate.execute.memory import measure_peak, synchronize
+from checkmate.execute.predicted_time import predicted_seconds
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan
@@ -288,6 +289,7 @@ class CompiledStep:
         plan = compiled.plan
         memory = self.distribution.memory(compiled)
         extra_compute = plan.cost / compiled.no_remat.cost - 1.0 if compiled.no_remat.cost > 0 else 0.0
+        measured_costs = compiled.captured.cost_model == "profile"
         return StepReport(
             method=plan.method,
             status=plan.status,
@@ -301,7 +303,12 @@ class CompiledStep:
             measured_peak=self._measured_peak.get(self._current),
             measured_time=self._measured_time,
             reused_from=None if compiled.reused_from is None else describe(compiled.reused_from),
-            predicted_time=plan.cost if compiled.captured.cost_model == "profile" else None,
+            planned_time=plan.cost if measured_costs else None,
+            predicted_time=(
+                predicted_seconds(compiled.captured.graph, compiled.program.run_steps(compiled.schedule))
+                if measured_costs
+                else None
+            ),
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:

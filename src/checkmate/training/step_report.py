@@ -31,8 +31,11 @@ class StepReport:
         planned_extra_compute: extra compute of the plan over no recomputation, as a fraction (0.1 = 10 %).
         measured_peak: live tensor bytes at the peak of the first measured call, or None before one.
         measured_time: seconds of the last call that was timed (calls measuring CPU memory are not), or None.
-        predicted_time: the plan's compute in seconds, as its cost model prices it, when that is measured time
-            ("profile" costs), else None: beside `measured_time`, how far the time model is from the step that runs.
+        planned_time: the plan's compute in seconds as the search priced it (`Plan.cost`), when costs are measured
+            time ("profile" costs), else None.
+        predicted_time: the step's compute in seconds as it runs, when costs are measured time, else None: the plan's
+            steps after the executor's passes, fused calls at their measured time
+            (`checkmate.execute.predicted_time`). Beside `measured_time`: how far the time model is from the step.
         reused_from: the batch shapes whose plan this shape runs, as the log writes them (`CompiledStep.improve`
             plans this shape for itself), or None when the plan was made for this shape.
     """
@@ -49,13 +52,18 @@ class StepReport:
     measured_peak: int | None
     measured_time: float | None
     reused_from: str | None = None
+    planned_time: float | None = None
     predicted_time: float | None = None
 
     def __str__(self) -> str:
         measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
         measured_time = "not yet timed" if self.measured_time is None else f"{self.measured_time * 1e3:.1f} ms"
         if self.predicted_time is not None:
-            measured_time = f"predicted {self.predicted_time * 1e3:.1f} ms, measured {measured_time}"
+            predicted = f"predicted {self.predicted_time * 1e3:.1f} ms"
+            planned = self.planned_time
+            if planned is not None and abs(planned - self.predicted_time) > 0.005 * planned:
+                predicted += f" ({planned * 1e3:.1f} ms as planned, before fusing runs)"
+            measured_time = f"{predicted}, measured {measured_time}"
             if self.measured_time is not None and self.predicted_time > 0:
                 measured_time += f" ({self.measured_time / self.predicted_time:.2f}x the prediction)"
         plan = f"method {self.method}, {self.nodes} nodes, {self.cost_model} costs"
