@@ -17,7 +17,8 @@ The peers (models, and one function per tool) are in `benchmarks/peers_tools.py`
 times are from scratch (a run that reuses a cache reports the cached plans' original solve times); Inductor always
 gets a fresh cache directory.
 
-For each model (a chain-like VGG, a ResNet, a U-Net and a GPT from `checkmate.zoo`) it runs one training step
+For each model (a chain-like VGG, a ResNet, a U-Net, a GPT and a ConvNeXt-like model of many fusible ops from
+`checkmate.zoo`, and Hugging Face's GPT-2 from a config) it runs one training step
 (forward + backward, gradients into `.grad`) with:
 
 * eager PyTorch, no recomputation;

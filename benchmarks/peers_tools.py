@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
 from torch.utils.checkpoint import (
     CheckpointPolicy,
@@ -28,6 +29,7 @@ from torch.utils.checkpoint import (
 
 from checkmate import zoo
 from checkmate.execute.memory import measure_peak, step_baseline
+from checkmate.zoo.convnext import ConvNeXtBlock
 
 log = logging.getLogger("peers")
 
@@ -64,35 +66,71 @@ def _gpt_blocks(model: nn.Module) -> list[nn.Module]:
     return _children(model, "blocks")
 
 
+def _convnext_blocks(model: nn.Module) -> list[nn.Module]:
+    return [module for module in _children(model, "features") if isinstance(module, ConvNeXtBlock)]
+
+
+def _hf_gpt2_blocks(model: nn.Module) -> list[nn.Module]:
+    return _children(model, "transformer.h")
+
+
+def _hf_gpt2(batch_size: int, length: int, dim: int, heads: int, layers: int, vocab: int) -> Factory:
+    """Hugging Face's `GPT2LMHeadModel` from a config (random weights, no download), dropout off."""
+
+    def factory() -> tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]:
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            vocab_size=vocab, n_positions=length, n_embd=dim, n_layer=layers, n_head=heads,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+        )  # fmt: skip
+        tokens = torch.randint(0, vocab, (batch_size, length), generator=torch.Generator().manual_seed(1))
+        return transformers.GPT2LMHeadModel(config), _hf_language_model_loss, (tokens,)
+
+    return factory
+
+
+def _hf_language_model_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=tokens, labels=tokens).loss
+
+
 def workloads(size: str) -> list[Workload]:
-    """The four models at `size`: "quick" (a step of ~15-30 ms on one CPU thread), "full" (~50-110 ms on one CPU
-    thread) or "gpu" (sizes for one large GPU)."""
-    sizes: dict[str, tuple[Factory, Factory, Factory, Factory]] = {
+    """The six models at `size`: "quick" (a step of ~15-30 ms on one CPU thread), "full" (~50-150 ms on one CPU
+    thread) or "gpu" (sizes for one large GPU). ConvNeXt is the model made mostly of ops Inductor fuses; HF GPT-2 is
+    Hugging Face's `GPT2LMHeadModel` from a config."""
+    sizes: dict[str, tuple[Factory, ...]] = {
         "quick": (
             lambda: zoo.vgg(16, image_size=32, width=16),
             lambda: zoo.resnet(16, image_size=32, width=16, blocks=(1, 1, 1)),
             lambda: zoo.unet(4, image_size=(32, 48), width=1 / 16),
             lambda: zoo.gpt(8, length=128, dim=64, heads=4, layers=2, vocab=128, dropout=0.0),
+            lambda: zoo.convnext(8, image_size=64, widths=(32, 64), depths=(2, 2)),
+            _hf_gpt2(8, length=128, dim=64, heads=4, layers=2, vocab=128),
         ),
         "full": (
             lambda: zoo.vgg(64, image_size=32, width=16),
             lambda: zoo.resnet(32, image_size=32, width=16, blocks=(2, 2, 2)),
             lambda: zoo.unet(8, image_size=(64, 96), width=1 / 8),
             lambda: zoo.gpt(8, length=128, dim=128, heads=4, layers=4, vocab=512, dropout=0.0),
+            lambda: zoo.convnext(16, image_size=64, widths=(48, 96), depths=(3, 3)),
+            _hf_gpt2(8, length=128, dim=128, heads=4, layers=4, vocab=512),
         ),
         "gpu": (
             lambda: zoo.vgg(256, image_size=64, width=64),
             lambda: zoo.resnet(256, image_size=64, width=64, blocks=(2, 2, 2, 2)),
             lambda: zoo.unet(16, image_size=(256, 384), width=1 / 2),
             lambda: zoo.gpt(16, length=1024, dim=768, heads=12, layers=6, vocab=8192, dropout=0.0),
+            lambda: zoo.convnext(64, image_size=224, widths=(96, 192, 384), depths=(3, 3, 9)),
+            _hf_gpt2(16, length=1024, dim=768, heads=12, layers=6, vocab=8192),
         ),
     }
-    vgg, resnet, unet, gpt = sizes[size]
+    vgg, resnet, unet, gpt, convnext, hf_gpt2 = sizes[size]
     return [
         Workload("VGG (chain)", vgg, lambda model: [model], _vgg_chain),
         Workload("ResNet", resnet, _resnet_blocks),
         Workload("U-Net", unet, _unet_blocks),
         Workload("GPT", gpt, _gpt_blocks),
+        Workload("ConvNeXt", convnext, _convnext_blocks),
+        Workload("HF GPT-2", hf_gpt2, _hf_gpt2_blocks),
     ]
 
 
