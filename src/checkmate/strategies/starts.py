@@ -1,7 +1,8 @@
 """The plans a search starts from, and the bound it starts with.
 
 Four starting points, each improved by `hold_more` on the full graph:
-* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank);
+* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank), or of the starts the caller
+  gives (`checkmate.strategies.held_start`: torch.compile's partitioner's choices, for the Inductor executor);
 * the answer of the closure bound (`checkmate.strategies.closure_start`): hold what crosses the binding stage as it
   holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on most of the
   graph set's rows (transformers among them);
@@ -17,7 +18,7 @@ its inputs; on transformers it is the tighter one).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -29,6 +30,7 @@ from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan, prune_
 from checkmate.progress import SearchControl
 from checkmate.strategies.closure_start import closure_start
 from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.hold_more import hold_more
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.warm_start import best_baseline
@@ -66,13 +68,15 @@ def starting_plans(
     time_share: float,
     message_time: float,
     policy: SearchPolicy = POLICY,
+    extra_starts: Sequence[HeldStart] = (),
 ) -> Starts:
-    """The best of the two starting points (see the module doc) and the retention bound, in `time_share` of the
-    time `control` has left; `message_time`: seconds the error of an infeasible budget may spend naming the smallest
-    budget."""
+    """The best of the starting points (see the module doc) and the retention bound, in `time_share` of the time
+    `control` has left; `message_time`: seconds the error of an infeasible budget may spend naming the smallest
+    budget; `extra_starts`: starting plans given from outside, weighed with the baselines."""
     clock = control.child(control.share(time_share))
     plans: list[Plan] = []
-    baseline = best_baseline(graph, budget, control)  # the caller's clock: a start matters more than the share
+    # the caller's clock: a start matters more than the share
+    baseline = best_baseline(graph, budget, control, extra_starts)
     if baseline is not None:
         plans.append(
             hold_more(
