@@ -1,8 +1,9 @@
 """The plans a search starts from, and the bound it starts with.
 
-Four starting points, each improved by `hold_more` on the full graph:
-* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank), or of the starts the caller
-  gives (`checkmate.strategies.held_start`: torch.compile's partitioner's choices, for the Inductor executor);
+Five starting points, each improved by `hold_more` on the full graph:
+* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank), and the cheapest of the
+  starts the caller gives (`checkmate.strategies.held_start`: torch.compile's partitioner's choices, for the Inductor
+  executor);
 * the answer of the closure bound (`checkmate.strategies.closure_start`): hold what crosses the binding stage as it
   holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on most of the
   graph set's rows (transformers among them);
@@ -33,7 +34,7 @@ from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.hold_more import hold_more
 from checkmate.strategies.policy import POLICY, SearchPolicy
-from checkmate.strategies.warm_start import best_baseline
+from checkmate.strategies.warm_start import best_baseline, best_given
 
 log = logging.getLogger(__name__)
 
@@ -75,20 +76,17 @@ def starting_plans(
     budget; `extra_starts`: starting plans given from outside, weighed with the baselines."""
     clock = control.child(control.share(time_share))
     plans: list[Plan] = []
-    # the caller's clock: a start matters more than the share
-    baseline = best_baseline(graph, budget, control, extra_starts)
-    if baseline is not None:
-        plans.append(
-            hold_more(
-                graph,
-                baseline,
-                budget,
-                clock.child(clock.share(policy.baseline_improvement_share)),
-                method=method,
-                policy=policy,
-            )
-        )
-        clock.report("baselines", cost=plans[-1].cost)
+    # the baselines on the caller's clock (a start matters more than the share); the given starts' best is improved
+    # apart, so that a given start never replaces the improved baseline the search would have had without it
+    for phase, first in (
+        ("baselines", best_baseline(graph, budget, control)),
+        ("given starts", best_given(graph, budget, extra_starts)),
+    ):
+        if first is None:
+            continue
+        improving = clock.child(clock.share(policy.baseline_improvement_share))
+        plans.append(hold_more(graph, first, budget, improving, method=method, policy=policy))
+        clock.report(phase, cost=plans[-1].cost)
     bound = float(graph.costs.sum())
     bound_is_final = False
 

@@ -52,16 +52,22 @@ def best_baseline(
             break
         if isinstance(plan := _try_baseline(name, graph, budget, control), Plan):
             plans.append(plan)
+    return cheapest_fitting([*plans, best_given(graph, budget, starts)], budget)
+
+
+def best_given(graph: Graph, budget: int | None, starts: Sequence[HeldStart]) -> Plan | None:
+    """The cheapest of the `starts` given from outside the search within `budget` (ties: lower peak), or None when
+    none fits; how many fit is logged."""
     given = [held_start_plan(graph, start, method=start.label) for start in starts]
+    fitting = cheapest_fitting(given, budget)
     if given:
-        fitting = cheapest_fitting(given, budget)
         log.info(
             "%d of %d given starting plans fit the budget; the cheapest: %s",
             sum(budget is None or plan.peak_memory <= budget for plan in given),
             len(given),
             "none" if fitting is None else f"{fitting.method}, cost {fitting.cost:.6g}",
         )
-    return cheapest_fitting([*plans, *given], budget)
+    return fitting
 
 
 def lowest_peak_baseline(graph: Graph, control: SearchControl | None = None) -> Plan | None:
