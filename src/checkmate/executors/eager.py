@@ -13,6 +13,7 @@ from checkmate.execute.program import Program, prepare
 from checkmate.executors.capture_options import CaptureOptions
 from checkmate.executors.protocol import CaptureChoice
 from checkmate.options import CostModel, ExecutorName, GradientMemory
+from checkmate.strategies.held_start import HeldStart
 
 
 @dataclass(frozen=True)
@@ -36,3 +37,7 @@ class EagerExecutor:
         self, captured: Captured, model: nn.Module, batch: Sequence[Any], cost_model: CostModel
     ) -> tuple[Captured, Program]:
         return captured, prepare(captured)
+
+    def extra_starts(self, captured: Captured, budget: int) -> tuple[HeldStart, ...]:
+        """None: the search's own starts."""
+        return ()

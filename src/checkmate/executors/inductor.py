@@ -19,6 +19,7 @@ from checkmate.execute.program import Program
 from checkmate.executors.capture_options import CaptureOptions
 from checkmate.executors.protocol import CaptureChoice
 from checkmate.options import CostModel, ExecutorName, GradientMemory
+from checkmate.strategies.held_start import HeldStart
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.channels_last import has_convolutions
 from checkmate.torch_capture.trace import flatten_batch
@@ -67,3 +68,9 @@ class InductorExecutor:
                 captured, inputs, device=model_device(model), reprice_costs=cost_model == "profile"
             )
         return prepared.captured, prepared.program
+
+    def extra_starts(self, captured: Captured, budget: int) -> tuple[HeldStart, ...]:
+        """torch.compile's partitioner's saved sets near the budget (`checkmate.inductor.partitioner_start`)."""
+        from checkmate.inductor.partitioner_start import partitioner_starts  # torch._inductor, as `prepare`'s
+
+        return partitioner_starts(captured, budget)

@@ -20,6 +20,7 @@ from checkmate.captured import Captured
 from checkmate.execute.program import Program
 from checkmate.executors.capture_options import CaptureOptions
 from checkmate.options import CostModel, ExecutorName, GradientMemory
+from checkmate.strategies.held_start import HeldStart
 from checkmate.torch_capture.channels_last import channels_last_step, has_convolutions
 from checkmate.torch_capture.trace import LossFunction
 
@@ -90,4 +91,9 @@ class Executor(Protocol):
     ) -> tuple[Captured, Program]:
         """The capture as this executor prices it, and the Program that runs its schedules (with the executor's
         schedule passes, `checkmate.execute.passes`)."""
+        ...
+
+    def extra_starts(self, captured: Captured, budget: int) -> tuple[HeldStart, ...]:
+        """Starting plans the search weighs beside its own for the prepared capture within `budget` bytes (the
+        Inductor executor's: torch.compile's own choices, so that ours is never worse than they are)."""
         ...

@@ -24,6 +24,7 @@ from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import final_plan
 from checkmate.strategies.feasibility import infeasible_budget, message_time
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.large_graph import ExactSearch, Method, search
 from checkmate.strategies.lp_rounding import EPSILONS, THRESHOLDS, RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
@@ -53,6 +54,7 @@ def approx(
     exact_nodes: int | None = None,
     coarse_nodes: int | None = None,
     policy: SearchPolicy = POLICY,
+    extra_starts: Sequence[HeldStart] = (),
 ) -> Plan:
     """Round LP relaxations, improve the best roundings by local search, and return the cheapest plan found.
 
@@ -67,6 +69,8 @@ def approx(
         exact_nodes: the largest graph rounded as one LP (None: the policy's).
         coarse_nodes: nodes of the coarse graph for larger graphs (None: the policy's).
         policy: how the search spends its time (`checkmate.strategies.policy.SearchPolicy`).
+        extra_starts: starting plans given from outside (`checkmate.strategies.held_start.HeldStart`), weighed with
+            the baselines: the plan returned costs at most the cheapest of them within the budget.
 
     Returns:
         The cheapest plan found within the budget, with the LP bound at the full budget as `lower_bound` (the
@@ -89,8 +93,11 @@ def approx(
     )
     settings = RoundingSettings(tuple(epsilons), tuple(thresholds), samples, seed, starts, improve, memory_resolution)
     rounding = partial(_rounding, settings=settings, policy=policy)
-    exact = partial(_rounding_or_baseline, rounding, policy)
-    method = Method(name=METHOD, exact=exact, coarse=rounding, gap=0.0, swap_holds=False, seed=seed)
+    starts_given = tuple(extra_starts)
+    exact = partial(_rounding_or_baseline, rounding, policy, starts_given)
+    method = Method(
+        name=METHOD, exact=exact, coarse=rounding, gap=0.0, swap_holds=False, seed=seed, extra_starts=starts_given
+    )
     return search(graph, budget, control, method, policy)
 
 
@@ -108,12 +115,19 @@ def _rounding(
 
 
 def _rounding_or_baseline(
-    rounding: ExactSearch, policy: SearchPolicy, graph: Graph, budget: int, control: SearchControl, message_time: float
+    rounding: ExactSearch,
+    policy: SearchPolicy,
+    extra_starts: tuple[HeldStart, ...],
+    graph: Graph,
+    budget: int,
+    control: SearchControl,
+    message_time: float,
 ) -> Plan:
-    """On a graph rounded as it is: the best baseline that fits (in `starts_share` of the time), then the rounding in
-    the rest; the cheaper plan is the answer, the baseline also where the rounding finds none in its time."""
+    """On a graph rounded as it is: the best baseline or given start that fits (in `starts_share` of the time), then
+    the rounding in the rest; the cheaper plan is the answer, the baseline also where the rounding finds none in its
+    time."""
     started = time.perf_counter()
-    baseline = best_baseline(graph, budget, control.child(control.share(policy.starts_share)))
+    baseline = best_baseline(graph, budget, control.child(control.share(policy.starts_share)), extra_starts)
     if baseline is not None:
         control.report("baselines", cost=baseline.cost)
     try:

@@ -41,6 +41,7 @@ from checkmate.progress import SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.common import final_plan
 from checkmate.strategies.feasibility import message_time
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.hold_more import hold_more, swap_holds
 from checkmate.strategies.policy import SearchPolicy
 from checkmate.strategies.starts import starting_plans
@@ -67,6 +68,8 @@ class Method:
         gap: the relative gap within which a plan counts as proven optimal.
         swap_holds: whether a large graph's plan is polished by `swap_holds` with the time left.
         seed: seeds `swap_holds`.
+        extra_starts: starting plans given from outside the search (`checkmate.strategies.held_start`), weighed with
+            the baselines on the full graph (`exact` is given them by the method; the coarse graph has other nodes).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Method:
     gap: float
     swap_holds: bool
     seed: int = 0
+    extra_starts: tuple[HeldStart, ...] = ()
 
 
 def search(graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy) -> Plan:
@@ -97,7 +101,7 @@ def search(graph: Graph, budget: int, control: SearchControl, method: Method, po
             raise  # the lowest peak known is over the budget: no baseline fits
         left = control.remaining()
         rescue_time = RESCUE_SECONDS if left is None else min(RESCUE_SECONDS, left)
-        rescue = best_baseline(graph, budget, SearchControl(time_limit=rescue_time))
+        rescue = best_baseline(graph, budget, SearchControl(time_limit=rescue_time), method.extra_starts)
         if rescue is None:
             raise
         log.warning(
@@ -120,6 +124,7 @@ def _through_coarse_graph(
         time_share=policy.large_starts_share,
         message_time=message_time(control),
         policy=policy,
+        extra_starts=method.extra_starts,
     )
     candidates = [starts.best]
     if not control.stopped and not (starts.best and policy.meets(starts.best.cost, starts.bound, method.gap)):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +32,7 @@ from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.common import final_plan
 from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.lp_rounding import RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.starts import starting_plans
@@ -64,6 +65,7 @@ def solve_milp(
     message_time: float,
     phase: str = "MILP",
     policy: SearchPolicy = POLICY,
+    extra_starts: Sequence[HeldStart] = (),
 ) -> Plan:
     """The paper's MILP on `graph` within `budget` bytes, warm-started (see the module doc), in `control`'s time.
 
@@ -74,6 +76,7 @@ def solve_milp(
         method: the name the plan carries.
         message_time: seconds the error of an infeasible budget may spend finding the smallest budget (0: none).
         phase: the name progress reports use.
+        extra_starts: starting plans given from outside the search, weighed with the baselines.
     """
     started = time.perf_counter()
     starts = starting_plans(
@@ -84,6 +87,7 @@ def solve_milp(
         time_share=policy.starts_share,
         message_time=message_time,
         policy=policy,
+        extra_starts=extra_starts,
     )
     scale = memory_scale(graph, settings.memory_resolution)
     problem, index = encode(

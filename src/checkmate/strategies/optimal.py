@@ -8,7 +8,7 @@ best baseline or `approx` would in the same time, and `status` is "optimal" only
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,7 @@ from checkmate.plan import Plan, make_plan
 from checkmate.progress import ProgressCallback, SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.feasibility import infeasible_budget, message_time
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.large_graph import Method, search
 from checkmate.strategies.milp_search import MilpSettings, solve_milp
 from checkmate.strategies.policy import POLICY, SearchPolicy
@@ -56,6 +57,7 @@ def optimal(
     policy: SearchPolicy = POLICY,
     progress: ProgressCallback | None = None,
     control: SearchControl | None = None,
+    extra_starts: Sequence[HeldStart] = (),
 ) -> Plan:
     """Solve the MILP for `graph` within `budget` bytes.
 
@@ -78,6 +80,8 @@ def optimal(
         policy: how the search spends its time (`checkmate.strategies.policy.SearchPolicy`).
         progress: called with a `checkmate.progress.Progress` as the search goes.
         control: the clock and stop flag of a caller that already has one (then time_limit and progress are its).
+        extra_starts: starting plans given from outside (`checkmate.strategies.held_start.HeldStart`), weighed with
+            the baselines: the plan returned costs at most the cheapest of them within the budget.
 
     Raises:
         InfeasibleBudget: no schedule fits; the error names the smallest budget for which one exists.
@@ -96,18 +100,36 @@ def optimal(
     settings = MilpSettings(backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution)
     method = Method(
         name=METHOD,
-        exact=partial(_milp, settings=settings, phase="MILP"),
+        exact=partial(_milp, settings=settings, phase="MILP", extra_starts=tuple(extra_starts)),
         coarse=partial(_milp, settings=dataclasses.replace(settings, recompute_backward=False), phase="coarse MILP"),
         gap=mip_gap,
         swap_holds=True,
         seed=seed,
+        extra_starts=tuple(extra_starts),
     )
     return search(graph, budget, control, method, policy)
 
 
 def _milp(
-    graph: Graph, budget: int, control: SearchControl, message_time: float, *, settings: MilpSettings, phase: str
+    graph: Graph,
+    budget: int,
+    control: SearchControl,
+    message_time: float,
+    *,
+    settings: MilpSettings,
+    phase: str,
+    extra_starts: tuple[HeldStart, ...] = (),
 ) -> Plan:
     """`solve_milp` as `large_graph.Method` calls it. On a coarse graph the MILP computes each backward node once
-    (a restriction that halves the model; optimal plans of real graphs rarely recompute them)."""
-    return solve_milp(graph, budget, control, settings, method=METHOD, message_time=message_time, phase=phase)
+    (a restriction that halves the model; optimal plans of real graphs rarely recompute them), and is given no
+    `extra_starts` (they name the full graph's nodes)."""
+    return solve_milp(
+        graph,
+        budget,
+        control,
+        settings,
+        method=METHOD,
+        message_time=message_time,
+        phase=phase,
+        extra_starts=extra_starts,
+    )

@@ -1,7 +1,9 @@
 """The plans a search starts from, and the bound it starts with.
 
-Four starting points, each improved by `hold_more` on the full graph:
-* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank);
+Five starting points, each improved by `hold_more` on the full graph:
+* the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank), and the cheapest of the
+  starts the caller gives (`checkmate.strategies.held_start`: torch.compile's partitioner's choices, for the Inductor
+  executor);
 * the answer of the closure bound (`checkmate.strategies.closure_start`): hold what crosses the binding stage as it
   holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on most of the
   graph set's rows (transformers among them);
@@ -17,7 +19,7 @@ its inputs; on transformers it is the tighter one).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -29,9 +31,10 @@ from checkmate.plan import Plan, cheapest_fitting, cheapest_r, make_plan, prune_
 from checkmate.progress import SearchControl
 from checkmate.strategies.closure_start import closure_start
 from checkmate.strategies.feasibility import infeasible_budget
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.hold_more import hold_more
 from checkmate.strategies.policy import POLICY, SearchPolicy
-from checkmate.strategies.warm_start import best_baseline
+from checkmate.strategies.warm_start import best_baseline, best_given
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +69,24 @@ def starting_plans(
     time_share: float,
     message_time: float,
     policy: SearchPolicy = POLICY,
+    extra_starts: Sequence[HeldStart] = (),
 ) -> Starts:
-    """The best of the two starting points (see the module doc) and the retention bound, in `time_share` of the
-    time `control` has left; `message_time`: seconds the error of an infeasible budget may spend naming the smallest
-    budget."""
+    """The best of the starting points (see the module doc) and the retention bound, in `time_share` of the time
+    `control` has left; `message_time`: seconds the error of an infeasible budget may spend naming the smallest
+    budget; `extra_starts`: starting plans given from outside, weighed with the baselines."""
     clock = control.child(control.share(time_share))
     plans: list[Plan] = []
-    baseline = best_baseline(graph, budget, control)  # the caller's clock: a start matters more than the share
-    if baseline is not None:
-        plans.append(
-            hold_more(
-                graph,
-                baseline,
-                budget,
-                clock.child(clock.share(policy.baseline_improvement_share)),
-                method=method,
-                policy=policy,
-            )
-        )
-        clock.report("baselines", cost=plans[-1].cost)
+    # the baselines on the caller's clock (a start matters more than the share); the given starts' best is improved
+    # apart, so that a given start never replaces the improved baseline the search would have had without it
+    for phase, first in (
+        ("baselines", best_baseline(graph, budget, control)),
+        ("given starts", best_given(graph, budget, extra_starts)),
+    ):
+        if first is None:
+            continue
+        improving = clock.child(clock.share(policy.baseline_improvement_share))
+        plans.append(hold_more(graph, first, budget, improving, method=method, policy=policy))
+        clock.report(phase, cost=plans[-1].cost)
     bound = float(graph.costs.sum())
     bound_is_final = False
 

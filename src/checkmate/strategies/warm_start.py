@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget, MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting
 from checkmate.progress import SearchControl
+from checkmate.strategies.held_start import HeldStart, held_start_plan
 from checkmate.strategies.registry import call_strategy, option_names, strategies
 
 log = logging.getLogger(__name__)
@@ -37,9 +39,12 @@ def _try_baseline(
         return None
 
 
-def best_baseline(graph: Graph, budget: int | None, control: SearchControl | None = None) -> Plan | None:
-    """The cheapest registered baseline plan within `budget` (ties: lower peak), or None when none fits; the
-    baselines after `control` stops are not tried (on large graphs they take seconds)."""
+def best_baseline(
+    graph: Graph, budget: int | None, control: SearchControl | None = None, starts: Sequence[HeldStart] = ()
+) -> Plan | None:
+    """The cheapest plan within `budget` (ties: lower peak) among the registered baselines and the `starts` given
+    from outside the search (`checkmate.strategies.held_start`), or None when none fits; the baselines after
+    `control` stops are not tried (on large graphs they take seconds), the starts always are."""
     plans: list[Plan] = []
     for name in _registered_baselines():
         if control is not None and control.stopped:
@@ -47,7 +52,22 @@ def best_baseline(graph: Graph, budget: int | None, control: SearchControl | Non
             break
         if isinstance(plan := _try_baseline(name, graph, budget, control), Plan):
             plans.append(plan)
-    return cheapest_fitting(plans, budget)
+    return cheapest_fitting([*plans, best_given(graph, budget, starts)], budget)
+
+
+def best_given(graph: Graph, budget: int | None, starts: Sequence[HeldStart]) -> Plan | None:
+    """The cheapest of the `starts` given from outside the search within `budget` (ties: lower peak), or None when
+    none fits; how many fit is logged."""
+    given = [held_start_plan(graph, start, method=start.label) for start in starts]
+    fitting = cheapest_fitting(given, budget)
+    if given:
+        log.info(
+            "%d of %d given starting plans fit the budget; the cheapest: %s",
+            sum(budget is None or plan.peak_memory <= budget for plan in given),
+            len(given),
+            "none" if fitting is None else f"{fitting.method}, cost {fitting.cost:.6g}",
+        )
+    return fitting
 
 
 def lowest_peak_baseline(graph: Graph, control: SearchControl | None = None) -> Plan | None:

@@ -31,6 +31,8 @@ from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
 from checkmate.strategies.feasibility import in_fraction_of_peak
+from checkmate.strategies.held_start import HeldStart
+from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
 
@@ -201,8 +203,12 @@ def _plan_capture(
         format_bytes(budget),
         settings.method,
     )
+    starts: tuple[HeldStart, ...] = ()
+    if no_remat.peak_memory > budget and "extra_starts" in (option_names(settings.method) or ()):
+        starts = settings.executor.extra_starts(captured, budget)
+    solve_options = _solve_options(settings, started) | ({"extra_starts": starts} if starts else {})
     try:
-        plan = _cached_solve(captured, budget, settings, _solve_options(settings, started))
+        plan = _cached_solve(captured, budget, settings, solve_options)
     except InfeasibleBudget as error:
         fraction = parse_budget(settings.budget)
         if not isinstance(fraction, float):
