@@ -30,15 +30,16 @@ class Node:
         workspace: bytes the op holds only while it runs, beyond its inputs and output (int >= 0): temporaries
             of an op that stands for several framework ops. They count in the peak at the moment it runs.
         recompute_workspace: the same when the op is recomputed (a stage after its own); None means `workspace`.
-        recompute_cost: compute cost of a recomputation (a stage after its own); None means `cost`. Lower where a
-            recomputation runs inside the kernel of the op that reads it, which then neither writes nor reads the
-            value from memory (`checkmate.inductor.pricing`).
             They differ when the op makes values that leave the step, such as a parameter gradient: the first
             run's copy is counted in the fixed memory (or in `retained`), a recomputation's copy is a temporary.
         retained: bytes the op's first run leaves alive until the step ends, outside the plan's control: the
             parameter gradients it makes when `.grad` starts each step empty, and the random generator state a
             random op saves to replay when recomputed. They count from the moment the op first runs (its stage)
             to the end, in every peak.
+        recompute_cost: compute cost of a recomputation (a stage after its own); None means `cost`. Lower where a
+            recomputation runs inside the kernel of the op that reads it, which then neither writes nor reads the
+            value from memory (`checkmate.inductor.pricing`). A plan's cost prices the run in the op's own stage
+            at `cost` and every later run at this (`checkmate.simulate.plan_cost`).
     """
 
     name: str
@@ -159,8 +160,9 @@ class Graph:
     def to_json(self) -> str:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
-        A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" only when set
-        and the graph's "stage_held" only when not empty, so graphs without them keep the plain shape.
+        A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" and
+        "recompute_cost" only when set, and the graph's "stage_held" only when not empty, so graphs without them
+        keep the plain shape.
         """
         data: dict[str, Any] = {
             "nodes": [_node_to_dict(node) for node in self.nodes],
@@ -199,13 +201,25 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
         entry["recompute_workspace"] = node.recompute_workspace
     if node.retained:
         entry["retained"] = node.retained
+    if node.recompute_cost is not None:
+        entry["recompute_cost"] = node.recompute_cost
     return entry
 
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
 _GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held")
-_NODE_KEYS = ("name", "cost", "memory", "backward", "inputs", "workspace", "recompute_workspace", "retained")
+_NODE_KEYS = (
+    "name",
+    "cost",
+    "memory",
+    "backward",
+    "inputs",
+    "workspace",
+    "recompute_workspace",
+    "retained",
+    "recompute_cost",
+)
 
 
 def _known_keys(what: str, entry: dict[str, Any], known: tuple[str, ...]) -> None:
@@ -243,6 +257,7 @@ def _node_from_dict(index: int, entry: Any) -> Node:
         workspace=_whole_bytes(entry.get("workspace", 0)),
         recompute_workspace=_whole_bytes(entry.get("recompute_workspace")),
         retained=_whole_bytes(entry.get("retained", 0)),
+        recompute_cost=entry.get("recompute_cost"),
     )
 
 

@@ -45,7 +45,8 @@ class Plan:
     Attributes:
         R: bool[T, T]; R[t, i] = 1 when node i is (re)computed in stage t.
         S: bool[T, T]; S[t, i] = 1 when node i's output is held in memory from stage t - 1 into stage t.
-        cost: total compute, sum of R[t, i] * cost[i], as simulated.
+        cost: total compute, sum of R[t, i] * cost[i] with runs after a node's own stage (t > i) at its recompute
+            cost, as simulated (`checkmate.simulate.plan_cost`).
         peak_memory: bytes at the peak, fixed memory included, as simulated.
         method: the strategy that made the plan.
         solve_time: seconds the strategy took.

@@ -1,11 +1,11 @@
 """Plans on disk: an automatic cache keyed by what determines a plan, and explicit save and load.
 
-The cache key is the sha256 of the graph (its JSON; without the costs when they were profiled, since
-timings differ from run to run while the structure and sizes do not), the budget in bytes, the method,
-its options, the cost model and the device. The directory is `plans/` in the cache folder
-(`checkmate.disk_cache.cache_root`: `$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate`). A cached plan is
-re-simulated on the current graph and budget when loaded: a damaged entry, or one that does not fit (made for
-another graph, or over this budget), is logged as a warning naming its file, removed, and the plan solved again.
+The cache key is the sha256 of the graph (its JSON; without the costs when they were profiled, since timings differ
+from run to run while the structure and sizes do not: a profiled recompute cost is then keyed by its presence
+alone), the budget in bytes, the method, its options, the cost model and the device. The directory is `plans/` in
+the cache folder (`checkmate.disk_cache.cache_root`: `$CHECKMATE_CACHE_DIR`, else `~/.cache/checkmate`). A cached
+plan is re-simulated on the current graph and budget when loaded: a damaged entry, or one that does not fit (made
+for another graph, or over this budget), is logged as a warning naming its file, removed, and the plan solved again.
 A cache that cannot be written is logged, and the plan is returned uncached.
 
 The effort options (`time_limit`, `mip_gap`) are not in the key: they say how hard to look, not which problem.
@@ -48,11 +48,14 @@ def cache_directory() -> Path:
 
 
 def graph_fingerprint(graph: Graph, *, cost_model: CostModel) -> str:
-    """sha256 of the graph JSON, without profiled costs (they vary from run to run; the plan stays valid)."""
+    """sha256 of the graph JSON, without profiled costs (they vary from run to run; the plan stays valid). Which
+    nodes have a recompute cost of their own stays in it: that changes the problem, not only its figures."""
     data = json.loads(graph.to_json())
     if cost_model == "profile":
         for node in data["nodes"]:
             node.pop("cost")
+            if "recompute_cost" in node:
+                node["recompute_cost"] = True
     text = json.dumps({"graph": data, "cost_model": cost_model}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -1,5 +1,8 @@
 """The paper's memory model: check a plan (R, S), lower it to steps, and measure its cost and peak.
 
+The cost is the paper's objective (1a) with a recomputation priced apart: node i's run in its own stage costs
+`Node.cost`, each run in a later stage `Node.recompute_cost` (`plan_cost`).
+
 Within stage t the nodes with R[t, k] = 1 run in index order. After node k runs, each input i of k
 is freed when k is the last consumer of i computed in stage t and i is not held into stage t + 1
 (the paper's FREE[t, i, k], eq. 5, with FREE[t, k, k] eliminated as in its section 4.8). What is
@@ -138,8 +141,18 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
         live -= drops
         current -= int(memory @ drops)
-    cost = float(graph.costs @ R.sum(axis=0))
-    return Schedule(tuple(steps), cost, max(usage), tuple(usage))
+    return Schedule(tuple(steps), plan_cost(graph, R), max(usage), tuple(usage))
+
+
+def plan_cost(graph: Graph, R: np.ndarray) -> float:
+    """The objective (1a), sum over t, i of R[t, i] c[t, i], where c[t, i] is node i's cost when t = i (its first
+    run) and its recompute cost when t > i (a recomputation). R: [T, T], 0/1 or fractional (an LP's point).
+
+    Written as every run at `cost` less what each recomputation saves, so a graph without recompute costs gets
+    exactly `costs @ R.sum(axis=0)`."""
+    runs = R.sum(axis=0)
+    again = runs - np.diagonal(R)
+    return float(graph.costs @ runs - (graph.costs - graph.recompute_costs) @ again)
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:
@@ -153,8 +166,9 @@ def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.nda
 def simulate(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
     """Return (cost, peak_memory) of the plan (R, S); raise InvalidSchedule if it breaks a constraint.
 
-    cost is the paper's objective sum(R[t, i] * cost[i]); peak_memory is in bytes and includes fixed_memory,
-    what the nodes run so far retain, and the workspace of the node running at the peak.
+    cost is the paper's objective, sum(R[t, i] * cost[i]) with runs after a node's own stage at its recompute cost
+    (`plan_cost`); peak_memory is in bytes and includes fixed_memory, what the nodes run so far retain, and the
+    workspace of the node running at the peak.
     """
     schedule = lower(graph, R, S)
     return schedule.cost, schedule.peak_memory

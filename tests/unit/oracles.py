@@ -12,6 +12,8 @@ from checkmate.graph import Graph
 def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
     """Cost (1a) and peak memory from the paper's U recurrence, eqs. (2)-(5), with FREE[t,k,k] dropped (section 4.8).
 
+    Each R[t,i] costs node i's `cost` in its own stage (t = i) and its `recompute_cost` (None: `cost`) in a later one.
+
     U[t,0] counts the checkpoints S[t]; computing v_k adds R[t,k] M_k; after v_k, its inputs i are freed when
     FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k} (1 - R[t,j]). While v_k runs it also holds
     its workspace W_k (in stage k) or recompute workspace W'_k (later stages): the moment's usage is U[t,k] + that,
@@ -26,7 +28,9 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     S = S.astype(bool).tolist()
     later_users = [[[j for j in graph.users[i] if j > k] for i in graph.predecessors[k]] for k in range(T)]
     stage_held = list(graph.stage_held) or [0] * T
-    cost = float(sum(float(graph.costs[i]) for t in range(T) for i in range(T) if R[t][i]))
+    first_run = [node.cost for node in graph.nodes]
+    again = [node.cost if node.recompute_cost is None else node.recompute_cost for node in graph.nodes]
+    cost = float(sum(float(first_run[i] if t == i else again[i]) for t in range(T) for i in range(T) if R[t][i]))
     peak = 0
     ever_computed: set[int] = set()
     for t in range(T):
@@ -88,6 +92,26 @@ def with_workspace(graph: Graph, seed: int, largest: int = 6) -> Graph:
         for node, w, a, d in zip(graph.nodes, workspace, again, differs, strict=True)
     )
     return Graph(nodes, fixed_memory=graph.fixed_memory)
+
+
+def with_recompute_costs(graph: Graph, seed: int) -> Graph:
+    """The same graph with a recompute cost of its own on about two thirds of the nodes: zero on some (a
+    recomputation fused into its reader's kernel for free), a random fraction of the cost on others, and above the
+    cost on a few."""
+    rng = np.random.default_rng(seed + 3000)
+    kind = rng.integers(0, 6, graph.size)
+    fraction = rng.integers(1, 10, graph.size) / 10
+    choices = {
+        2: lambda cost, f: 0.0,
+        3: lambda cost, f: cost * f,
+        4: lambda cost, f: cost * f,
+        5: lambda cost, f: cost + 1.0 + f,
+    }
+    nodes = tuple(
+        dataclasses.replace(node, recompute_cost=choices[k](node.cost, f) if k in choices else None)
+        for node, k, f in zip(graph.nodes, kind.tolist(), fraction.tolist(), strict=True)
+    )
+    return dataclasses.replace(graph, nodes=nodes)
 
 
 def with_retained(graph: Graph, seed: int, largest: int = 4) -> Graph:

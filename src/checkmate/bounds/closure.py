@@ -22,9 +22,10 @@ held into it, freed only after its last reader in the stage, b or later), what n
 stage b, and a node u < b computed in stage b runs before node b. These are distinct, so their bytes fit in the
 budget. The inputs of b are in base_b already: their h columns carry no bytes.
 
-Cost. Every node runs once in its own stage, and each u with r_u = 1 runs once more, after stage b > u. So every
-plan within the budget costs at least  sum_i c_i + min sum_u c_u r_u  over the rows above: a proven lower bound,
-for each stage b. The bound is the largest over the stages tried.
+Cost. Every node runs once in its own stage (at its cost c_i), and each u with r_u = 1 runs once more, after stage
+b > u: a recomputation, at its recompute cost c'_u (`Node.recompute_cost`). So every plan within the budget costs
+at least  sum_i c_i + min sum_u c'_u r_u  over the rows above: a proven lower bound, for each stage b. The bound is
+the largest over the stages tried.
 
 Why it is stronger than the retention bound (`checkmate.bounds.retention`) where one stage binds: the retention
 MILP prices each value's gaps on their own and its input cover charges a rebuilt value's inputs one level deep;
@@ -160,7 +161,8 @@ def tightest_stages(graph: Graph, budget: int, count: int) -> np.ndarray:
 @dataclass(frozen=True)
 class StageMilp:
     """The closure MILP of one stage: its columns are h over `nodes` (F), then r over `nodes`; its objective is the
-    extra cost; its rows are the module doc's, memory in bytes over the largest column's."""
+    extra cost (the r at their recompute costs); its rows are the module doc's, memory in bytes over the largest
+    column's."""
 
     problem: MilpProblem
     nodes: np.ndarray
@@ -189,9 +191,9 @@ def stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | None:
         [np.ones(2 * crossing.size), np.ones(2 * len(edges)), -np.ones(len(edges)), -held_bytes / unit]
     )
     lower = np.concatenate([np.ones(crossing.size), np.zeros(len(edges)), [-capacity / unit]])
-    costs = graph.costs[columns]
+    recomputations = graph.recompute_costs[columns]  # r_u counts a run after stage b > u
     problem = MilpProblem(
-        c=np.concatenate([np.zeros(n), costs]),
+        c=np.concatenate([np.zeros(n), recomputations]),
         A=sp.csc_array((values, (rows, cols)), shape=(lower.size, 2 * n)),
         row_lower=lower,
         row_upper=np.full(lower.size, np.inf),

@@ -1,6 +1,6 @@
 """Input cover: columns and rows that make the retention bound pay for the inputs a recomputation needs.
 
-The retention MILP (`checkmate.bounds.retention`) charges a recomputation of node i in a gap (a, b] only c_i: it
+The retention MILP (`checkmate.bounds.retention`) charges a recomputation of node i in a gap (a, b] only c'_i: it
 never asks where i's inputs come from. An input j whose last use is at or before a is dead by then, and a real plan
 must either compute j again or keep it past its last use; nor can it recompute i early and drop it, since i must
 then be held until its user b reads it. These rows charge both, which raises the bound most on transformers
@@ -9,7 +9,8 @@ then be held until its user b reads it. These rows charge both, which raises the
 The argument, for any valid plan (R, S) within the budget, with L_j the last stage that reads node j:
 
 Tails. t_j = 1 if some stage s > L_j computes j. Those computations are in no gap of j (gaps end at L_j) and not in
-stage j, so the plan's cost is at least the retention objective plus sum_j c_j t_j (objective).
+stage j (they are recomputations, at j's recompute cost c'_j), so the plan's cost is at least the retention objective
+plus sum_j c'_j t_j (objective).
 
 Held columns, for stages t of `stages` (the stages whose retention row can bind, where memory is worth charging):
 * w[g, t], for a gap g = (a, b] of node i and a < t < b: i is held into stage t + 1 (S[t + 1, i] = 1), so it is live
@@ -53,7 +54,8 @@ class InputCover:
     """The columns the input cover adds after the retention MILP's gap columns, and its rows.
 
     Attributes:
-        tail_nodes: int64[n]: column `first + k` is t_j for j = tail_nodes[k] (binary, cost c_j).
+        tail_nodes: int64[n]: column `first + k` is t_j for j = tail_nodes[k] (binary, cost c'_j, j's recompute
+            cost).
         held_node, held_stage: int64[m]: column `first + n + k` is node held_node[k] live all through stage
             held_stage[k] (w or h of the module doc; continuous in [0, 1], no cost).
         rows: the cover, tail and order rows (coefficients 0 and +-1, lower side 0), in global column numbers.

@@ -11,8 +11,9 @@ Gaps. Let node i have the distinct users u_1 < ... < u_m (all > i). Its gaps are
 
     x[i, g] = 1 if some stage s in (a, b] computes node i (R[s, i] = 1), else 0.
 
-Cost. Node i runs in stage i (8a), and once more in a distinct stage for every gap with x[i, g] = 1 (the gaps are
-disjoint and exclude stage i), so the plan's cost is at least  sum_i c_i + sum_(i, g) c_i x[i, g]  (objective).
+Cost. Node i runs in stage i (8a), at its cost c_i, and once more in a distinct stage for every gap with
+x[i, g] = 1 (the gaps are disjoint and lie after stage i): a recomputation, at its recompute cost c'_i
+(`Node.recompute_cost`). So the plan's cost is at least  sum_i c_i + sum_(i, g) c'_i x[i, g]  (objective).
 
 Kept gap. If x[i, g] = 0, stage b still computes its user b, which needs i: R[b, i] = 1 or S[b, i] = 1 (1b), and
 R[b, i] = 0, so S[b, i] = 1; by (1c) S[t, i] <= R[t-1, i] + S[t-1, i] with R[t-1, i] = 0 for t-1 in (a, b), so
@@ -276,7 +277,9 @@ def _encode(graph: Graph, budget: int, *, recompute_rows: bool = True, cover: bo
         format="csc",
     )
     tails = added.tail_nodes
-    costs = np.concatenate([graph.costs[gaps.node], graph.costs[tails], np.zeros(added.held_node.size)])
+    # a gap's or a tail's run is after the node's own stage: a recomputation, at its recompute cost
+    recomputations = graph.recompute_costs
+    costs = np.concatenate([recomputations[gaps.node], recomputations[tails], np.zeros(added.held_node.size)])
     cost_unit = _power_of_two_unit(float(costs.max(initial=0)))
     problem = MilpProblem(
         c=costs / cost_unit,

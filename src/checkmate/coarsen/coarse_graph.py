@@ -1,7 +1,8 @@
 """The coarse graph of a partition, with memory accounting that never under-counts the full graph.
 
 Block b becomes one node:
-* cost: the sum of its members' costs;
+* cost: the sum of its members' costs; recompute cost: the sum of their recompute costs (a block recomputed in a
+  later coarse stage expands to recomputations of some of its members, in a later full stage);
 * memory: the bytes of its *exported* members (those read by a node of another block, or by none: a sink's
   output lives until its stage ends). Holding the block holds all of them; a plan on the full graph holds a subset;
 * inputs: the blocks its members read;
@@ -72,15 +73,18 @@ def _block_node(graph: Graph, partition: Partition, block: int, exported: np.nda
     name = first.name if len(members) == 1 else f"{first.name}+{len(members) - 1}"
     workspace = _replay_peak(graph, members, exported, graph.workspace) - memory
     recompute = _replay_peak(graph, members, exported, graph.recompute_workspace) - memory
+    cost = float(graph.costs[members.start : members.stop].sum())
+    recompute_cost = float(graph.recompute_costs[members.start : members.stop].sum())
     return Node(
         name=name,
-        cost=float(graph.costs[members.start : members.stop].sum()),
+        cost=cost,
         memory=memory,
         backward=bool(graph.is_backward[members.start : members.stop].all()),
         inputs=tuple(inputs),
         workspace=max(0, workspace),
         recompute_workspace=max(0, recompute) if recompute != workspace else None,
         retained=int(graph.retained[members.start : members.stop].sum()),
+        recompute_cost=recompute_cost if recompute_cost != cost else None,
     )
 
 

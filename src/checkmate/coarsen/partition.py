@@ -5,8 +5,9 @@ capture's `max_nodes` (`checkmate.torch_capture.merge`) merges the fx ops of eac
 
 Blocks are runs of consecutive nodes in execution order, so the coarse graph keeps a topological order and a
 coarse stage maps to consecutive full stages. Merges are chosen greedily: the pair of neighbouring blocks with the
-smallest combined cost, weighted by how natural the merge is (`TIER_WEIGHTS`) and by the bytes of the merged block
-(`1 + combined bytes / (all bytes / max_nodes)`); ties go to the leftmost pair. The tiers:
+smallest combined recompute cost (`Node.recompute_cost`: a block is recomputed whole), weighted by how natural the
+merge is (`TIER_WEIGHTS`) and by the bytes of the merged block (`1 + combined bytes / (all bytes / max_nodes)`); ties
+go to the leftmost pair. The tiers:
 
 1. the left block is read by nothing but the right one (an elementwise chain, most of the backward pass);
 2. the right block reads the left one;
@@ -85,7 +86,7 @@ def choose_partition(graph: Graph, max_nodes: int) -> Partition:
         raise InvalidArgument(f"max_nodes must be at least 1, got {max_nodes}")
     starts = list(range(graph.size))
     stops = [index + 1 for index in range(graph.size)]
-    costs = [float(cost) for cost in graph.costs]
+    costs = [float(cost) for cost in graph.recompute_costs]  # what a merged block costs each time it is recomputed
     sizes = [float(size) for size in graph.memory]
     size_scale = max(float(graph.memory.sum()) / max_nodes, 1.0)
     backward = [bool(flag) for flag in graph.is_backward]
@@ -118,8 +119,8 @@ def _score(
     backward: list[bool],
     read_by: list[set[int]],
 ) -> float:
-    """How much merging blocks k and k + 1 costs the plan: their combined cost, weighted by the merge's tier and
-    by their combined size (a large block is held or dropped whole)."""
+    """How much merging blocks k and k + 1 costs the plan: their combined recompute cost, weighted by the merge's
+    tier and by their combined size (a large block is held or dropped whole)."""
     same_phase = backward[k] == backward[k + 1]
     readers = read_by[k]
     right_stop = stops[k + 1]

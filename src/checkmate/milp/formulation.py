@@ -305,7 +305,8 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
 def encode(
     graph: Graph, budget_units: float, scale: MemoryScale, *, recompute_backward: bool = True
 ) -> tuple[MilpProblem, VariableIndex]:
-    """Build the MILP: minimise sum_t sum_i cost_i R[t, i] (1a) with U[t, k] <= budget_units.
+    """Build the MILP: minimise sum_t sum_i c[t, i] R[t, i] (1a) with U[t, k] <= budget_units, where c[t, i] is node
+    i's cost for t = i and its recompute cost for t > i (`checkmate.simulate.plan_cost`).
 
     Args:
         graph: the training graph.
@@ -343,7 +344,8 @@ def encode(
 def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     c = np.zeros(num_vars)
     stage, node = np.nonzero(index.R_col >= 0)
-    c[index.R_col[stage, node]] = graph.costs[node]  # (1a)
+    # (1a) sum R[t, i] c[t, i]: a node's run in its own stage at its cost, every later run at its recompute cost
+    c[index.R_col[stage, node]] = np.where(stage == node, graph.costs[node], graph.recompute_costs[node])
     return c
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import SearchControl
+from checkmate.simulate import plan_cost
 from checkmate.strategies.common import cheapest_within, fits, plan_from_s
 from checkmate.strategies.registry import register
 from checkmate.strategies.segments import (
@@ -86,7 +87,7 @@ def cheapest_of_checkpoint_sets(
     for chosen in checkpoint_sets:
         S = checkpoint_s(graph, chosen)
         R = cheapest_r(graph, S)
-        candidates.append((float(graph.costs @ R.sum(axis=0)), R, S))
+        candidates.append((plan_cost(graph, R), R, S))
     candidates.sort(key=lambda candidate: candidate[0])
     plans: list[Plan] = []
     for cost, R, S in candidates:

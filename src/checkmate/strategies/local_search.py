@@ -25,6 +25,7 @@ import numpy as np
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import SearchControl
+from checkmate.simulate import plan_cost
 from checkmate.strategies.policy import POLICY, SearchPolicy
 
 # Over-budget holds tried with a repair after them, per improvement step (cheapest first).
@@ -64,7 +65,7 @@ class LocalSearch:
         self.graph, self.budget, self.control, self.policy, self.T = graph, budget, control, policy, T
         self.evaluations = 0
         self.on_better: Callable[[SearchState], None] | None = None  # told of every plan `improve` moves to
-        self.costs = graph.costs
+        self.recompute_costs = graph.recompute_costs  # what a move saves or adds: runs after a node's own stage
         self.memory = graph.memory.astype(np.int64)
         edges = graph.edges
         order = np.argsort(edges[:, 0], kind="stable")
@@ -126,7 +127,7 @@ class LocalSearch:
             touched[rows] = True
         rows = np.flatnonzero(touched)
         usage[rows] = self.usage(R, S, rows)
-        return SearchState(R, S, read, usage, float(self.costs @ R.sum(axis=0)), self.budget)
+        return SearchState(R, S, read, usage, plan_cost(self.graph, R), self.budget)
 
     def _read(self, R: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """bool[len(rows), T]: whether stage t (in `rows`) computes a node that reads node i."""
@@ -179,12 +180,13 @@ class LocalSearch:
         for stage, node in zip(*np.nonzero(recomputed), strict=True):
             size = max(int(self.memory[node]), 1)
             since = int(np.flatnonzero(available[:stage, node])[-1])
-            moves.append((-float(self.costs[node]) / (size * int(stage - since)), (int(node), since + 1, int(stage))))
+            saved = float(self.recompute_costs[node])
+            moves.append((-saved / (size * int(stage - since)), (int(node), since + 1, int(stage))))
             if from_first_computation:
                 computed = np.flatnonzero(state.R[:stage, node])
                 if computed.size > 1:  # recomputed before `stage` too: holding from the first run saves them all
                     first = int(computed[0])
-                    saved = float(self.costs[node]) * computed.size
+                    saved = float(self.recompute_costs[node]) * computed.size
                     moves.append((-saved / (size * int(stage - first)), (int(node), first + 1, int(stage))))
         moves.sort()
         return [move for _, move in moves]
