@@ -84,7 +84,9 @@ def _hf_gpt2(batch_size: int, length: int, dim: int, heads: int, layers: int, vo
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
         )  # fmt: skip
         tokens = torch.randint(0, vocab, (batch_size, length), generator=torch.Generator().manual_seed(1))
-        return transformers.GPT2LMHeadModel(config), _hf_language_model_loss, (tokens,)
+        model = transformers.GPT2LMHeadModel(config)
+        model.loss_type = "ForCausalLM"  # else its loss warns through a logger, which torch.compile cannot trace
+        return model, _hf_language_model_loss, (tokens,)
 
     return factory
 
