@@ -1,16 +1,24 @@
-"""A recomputation run inside its reader's kernel is priced below the node's first run (`checkmate.inductor.pricing`).
+"""A recomputation run inside its reader's kernel is priced below the node's first run (`checkmate.inductor.pricing`),
+and runs there.
 
-Oracle: a model built so that which planning nodes Inductor can fuse into their readers is known by construction: a
+Oracles: a model built so that which planning nodes Inductor can fuse into their readers is known by construction: a
 pointwise value read only by pointwise ops (the GELU of a matrix product, read by a product with its own sigmoid and
-by their gradients) against values some matrix product reads.
+by their gradients) against values some matrix product reads; gradients of plain `loss.backward()` on a copy, and the
+allocator's peak during each step. The search's use of the cheaper recomputation is tested against the exhaustive
+optimum in `tests/solver/test_recompute_cost.py`.
 """
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from eager_oracle import compare_steps
 from torch import nn
 
+import checkmate
+from checkmate.execute.codegen import SegmentCall
 from checkmate.executors import executor_named
 from checkmate.inductor.kernels import compile_kernels
 from checkmate.inductor.measure import measure_kernels
@@ -31,6 +39,17 @@ class Swish(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         hidden = torch.nn.functional.gelu(self.expand(inputs))
         return self.project(hidden * torch.sigmoid(hidden) + hidden)
+
+
+class SwishBlock(Swish):
+    """A residual block of `Swish`'s shape: its GELU output is planned apart and read by pointwise ops only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project = nn.Linear(64, 16)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return inputs + super().forward(inputs)
 
 
 def _loss(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
@@ -85,3 +104,33 @@ def test_the_executor_prices_recomputations_with_the_device_traffic() -> None:
     assert any(node.recompute_cost is not None for node in priced.graph.nodes)
     flops, _ = executor_named("inductor").prepare(captured, model, batch, "flops")
     assert all(node.recompute_cost is None for node in flops.graph.nodes)
+
+
+@pytest.mark.slow
+def test_a_recomputation_priced_as_fused_runs_inside_its_readers_call() -> None:
+    """Where the plan recomputes a node priced as fused into its readers, the step runs that recomputation in the
+    same compiled call as a reader at the same stage; gradients are eager's and the allocator stays within the plan."""
+    torch.manual_seed(0)
+    model, batch = nn.Sequential(*(SwishBlock() for _ in range(3))), (torch.randn(2048, 16),)
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(model, _loss, batch, budget=0.8, executor="inductor", measure_memory="never")
+    graph, plan = step.graph, step.plan
+    cheaper = {
+        (stage, node)
+        for stage in range(graph.size)
+        for node in range(stage)
+        if plan.R[stage, node] and graph.nodes[node].recompute_cost is not None
+    }
+    assert cheaper, "the tight budget is met by recomputing the GELU outputs and their sigmoids"
+    compiled = step._compiled[step._current]
+    fused = set()
+    for item in compiled.program.run_steps(compiled.schedule):
+        if isinstance(item, SegmentCall):
+            computed = {(compute.stage, compute.node) for compute in item.computes}
+            fused |= {
+                (stage, node)
+                for stage, node in computed & cheaper
+                if any((stage, user) in computed for user in graph.users[node])
+            }
+    assert fused == cheaper, f"recomputed alone: {sorted(cheaper - fused)}"
+    compare_steps(step, reference, batch, seed=11, context="a recomputation fused into its reader", exact=False)
