@@ -43,6 +43,7 @@ from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, wi
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Step
+from checkmate.stage_times import Stage, timed
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,13 @@ def fused_steps(
 ) -> tuple[ScheduleItem, ...]:
     """`lowering.steps` with each run that fits the plan's peak replaced by one compiled call; a run never crosses
     an item an earlier pass placed."""
+    with timed(Stage.FUSED_RUNS):
+        return _fused_steps(captured, kernels, device, lowering)
+
+
+def _fused_steps(
+    captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, lowering: Lowering
+) -> tuple[ScheduleItem, ...]:
     schedule = lowering.schedule
     positions = schedule_positions(lowering.steps)
     barriers = {

@@ -302,6 +302,7 @@ class CompiledStep:
             measured_time=self._measured_time,
             reused_from=None if compiled.reused_from is None else describe(compiled.reused_from),
             predicted_time=plan.cost if compiled.captured.cost_model == "profile" else None,
+            planning_times=compiled.stage_times,
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
