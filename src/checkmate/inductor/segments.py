@@ -242,21 +242,27 @@ class _Fuser:
         fx_members = [name for step in computes for name in self.captured.members[step.node]]
         module, inputs, outputs, key = subgraph(self.fx_nodes, fx_members, frozenset(returned))
         label = f"fused run of steps {run.start}-{run.stop - 1} (nodes {computes[0].node}-{computes[-1].node})"
+        dying = {name for index in handed for name in self.captured.exports[index]}
+        digest = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
+        rise_key = digest.hexdigest()
+        if rise_key in self.rises and before + self.rises[rise_key] > self.peak:
+            log.debug("%s: measured %s above the plan's peak before; split", label, self.rises[rise_key])
+            return None  # known not to fit: not compiled again
         function = compile_graph(key, module, inputs, outputs, self.fx_nodes, label)
         entry = None if function is None else boxed_entry(function)
         if entry is None:
             return None
-        dying = {name for index in handed for name in self.captured.exports[index]}
-        rise = self._rise(entry, inputs, dying, key)
+        rise = self._rise(entry, inputs, dying, rise_key)
         if rise is None or before + rise > self.peak:
             log.debug("%s: %s above the plan's peak; split", label, rise)
             return None
         return SegmentCall(label, entry, computes, inputs, outputs, freed, handed)
 
-    def _rise(self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], key: str) -> int | None:
-        """The allocator's peak above its level when the call starts (None: the call kept its argument list)."""
-        measured_key = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
-        cache_key = measured_key.hexdigest()
+    def _rise(
+        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], cache_key: str
+    ) -> int | None:
+        """The allocator's peak above its level when the call starts (None: the call kept its argument list), from
+        the cache by `cache_key` (the run's graph and which of its arguments die in it) when measured before."""
         if cache_key in self.rises:
             return self.rises[cache_key]
         arguments = [example_value(self.fx_nodes[name]) for name in inputs]
