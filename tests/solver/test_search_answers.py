@@ -147,3 +147,20 @@ def encode_graph(graph: checkmate.Graph, fraction: float) -> MilpProblem:
     scale = memory_scale(graph, DEFAULT_RESOLUTION)
     budget = int(fraction * _peak(graph))
     return encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)[0]
+
+
+def test_a_start_that_meets_its_bound_is_the_answer_without_rounding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A starting plan proven optimal by the starts' own bound is the answer: the LP rounding (seconds on a real
+    model) could not find a cheaper one, so it does not run."""
+    graph = linear_graph(12)
+    budget = int(0.5 * _peak(graph))
+    expected = checkmate.solve(graph, budget, method="optimal")
+    assert expected.status == "optimal"
+
+    def no_rounding(*arguments: object, **options: object) -> None:
+        raise AssertionError("the rounding ran after a start proven optimal")
+
+    monkeypatch.setattr(milp_search, "round_relaxation", no_rounding)
+    plan = checkmate.solve(graph, budget, method="optimal")
+    assert plan.status == "optimal" and plan.cost == expected.cost
+    assert (plan.R == expected.R).all() and (plan.S == expected.S).all()

@@ -23,6 +23,7 @@ import checkmate.training.planning
 from checkmate import CheckmateError, ExecutionError, zoo
 from checkmate.byte_sizes import resolve_budget
 from checkmate.execute import eager_peak
+from checkmate.stage_times import Stage
 
 TIME_LIMIT = 20
 MODELS: dict[str, Callable[[], Any]] = {
@@ -170,6 +171,18 @@ def test_report_gives_the_predicted_time_beside_the_measured() -> None:
     )
     unit = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
     assert unit.report().predicted_time is None and "predicted" not in str(unit.report())
+
+
+def test_report_says_where_the_planning_time_went() -> None:
+    """The report gives the seconds of each planning stage that ran: the eager executor captures (and profiles)
+    and solves, once per capture it plans."""
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
+    step = checkmate.compile(model, loss_fn, batch, budget=1.0, method="checkpoint_all", cost_model="unit")
+    times = step.report().planning_times
+    assert times is not None and times.captures == 1
+    assert {stage for stage, _ in times.seconds} == {Stage.CAPTURE, Stage.SOLVE}
+    assert times.total >= times.of(Stage.CAPTURE) + times.of(Stage.SOLVE) > 0
+    assert f"planning time      {times}" in str(step.report())
 
 
 def test_budget_forms() -> None:

@@ -121,3 +121,24 @@ def test_the_predicted_time_counts_each_fused_call_as_measured() -> None:
         f"({fused_nodes:.6f} s)"
     )
     assert "as planned, before fusing runs" in str(report)
+
+
+def test_a_run_known_not_to_fit_is_not_compiled_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A run whose cached peak is above the plan's is split without compiling it (a second compile of the same model
+    compiles only the runs it keeps)."""
+    step, _ = _gpt_step()
+    compiled = step._compiled[step._current]
+    monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
+
+    def one_tebibyte(entry: Any, arguments: list[Any], device: torch.device) -> int:
+        arguments.clear()  # as the boxed call does
+        return 2**40
+
+    monkeypatch.setattr(checkmate.inductor.segments, "measure_rise", one_tebibyte)
+    assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps
+
+    def no_compiling(*arguments: Any) -> None:
+        raise AssertionError(f"{arguments[-1]} was compiled again, measured above the plan's peak before")
+
+    monkeypatch.setattr(checkmate.inductor.segments, "compile_graph", no_compiling)
+    assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps

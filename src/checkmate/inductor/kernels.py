@@ -36,6 +36,7 @@ import torch.fx
 from torch._inductor.compile_fx import compile_fx
 
 from checkmate.captured import Captured
+from checkmate.stage_times import Stage, timed
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,11 @@ def _describe(value: Any) -> str:
 
 def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     """Compile every planning node of `captured` (random nodes and failures stay ATen), one compile per key."""
+    with timed(Stage.NODE_COMPILE):
+        return _compile_kernels(captured)
+
+
+def _compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
     started = last_report = time.perf_counter()
     functions: dict[str, tuple[Callable[..., Any], bool]] = {}

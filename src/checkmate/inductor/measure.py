@@ -31,6 +31,7 @@ from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.program import fetch_attribute
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.json_cache import finite_number, merge_entries, read_entries
+from checkmate.stage_times import Stage, timed
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,10 @@ def measure_kernels(
     missing = {kernel.key for kernel in kernels} - cached.keys()
     if missing:
         started = time.perf_counter()
-        with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        with (
+            timed(Stage.NODE_MEASURE),
+            torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []),
+        ):
             fresh = _measure(captured, kernels, inputs, device, missing)
         log.info("Inductor: measured %d node functions in %.1f s", len(fresh), time.perf_counter() - started)
         _store(path, fresh)

@@ -46,6 +46,7 @@ from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, wi
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Step
+from checkmate.stage_times import Stage, timed
 from checkmate.torch_capture.profile import cache_directory, device_key
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,13 @@ def fused_steps(
 ) -> tuple[ScheduleItem, ...]:
     """`lowering.steps` with each run that fits the plan's peak replaced by one compiled call; a run never crosses
     an item an earlier pass placed."""
+    with timed(Stage.FUSED_RUNS):
+        return _fused_steps(captured, kernels, device, lowering)
+
+
+def _fused_steps(
+    captured: Captured, kernels: Sequence[NodeKernel], device: torch.device, lowering: Lowering
+) -> tuple[ScheduleItem, ...]:
     schedule = lowering.schedule
     positions = schedule_positions(lowering.steps)
     barriers = {
@@ -255,24 +263,28 @@ class _Fuser:
         fx_members = [name for step in computes for name in self.captured.members[step.node]]
         module, inputs, outputs, key = subgraph(self.fx_nodes, fx_members, frozenset(returned))
         label = f"fused run of steps {run.start}-{run.stop - 1} (nodes {computes[0].node}-{computes[-1].node})"
+        dying = {name for index in handed for name in self.captured.exports[index]}
+        digest = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
+        rise_key = digest.hexdigest()
+        if rise_key in self.rises and before + self.rises[rise_key] > self.peak:
+            log.debug("%s: measured %s above the plan's peak before; split", label, self.rises[rise_key])
+            return None  # known not to fit: not compiled again
         function = compile_graph(key, module, inputs, outputs, self.fx_nodes, label)
         entry = None if function is None else boxed_entry(function)
         if entry is None:
             return None
-        dying = {name for index in handed for name in self.captured.exports[index]}
-        measured = self._measured(entry, inputs, dying, key)
+        measured = self._measured(entry, inputs, dying, rise_key)
         if measured is None or before + measured[0] > self.peak:
             log.debug("%s: %s above the plan's peak; split", label, measured)
             return None
         return SegmentCall(label, entry, computes, inputs, outputs, freed, handed, seconds=measured[1])
 
     def _measured(
-        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], key: str
+        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], cache_key: str
     ) -> tuple[int, float] | None:
         """The allocator's peak above its level when the call starts, and the call's median time (None: the call
-        kept its argument list)."""
-        measured_key = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
-        cache_key = measured_key.hexdigest()
+        kept its argument list), from the caches by `cache_key` (the run's graph and which of its arguments die in
+        it) when measured before."""
         if cache_key in self.rises and cache_key in self.times:
             return self.rises[cache_key], self.times[cache_key]
         arguments = [example_value(self.fx_nodes[name]) for name in inputs]

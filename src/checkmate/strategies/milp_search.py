@@ -1,7 +1,8 @@
 """The exact search on one graph: the paper's MILP (eq. 9), warm-started from the best plan found before it.
 
 Before the MIP: the starting plans (`checkmate.strategies.starts`: best baseline and the retention bound's answer,
-each improved by hold_more) and `approx`'s LP rounding (`checkmate.strategies.lp_rounding`; its LP is the LP bound).
+each improved by hold_more) and `approx`'s LP rounding (`checkmate.strategies.lp_rounding`; its LP is the LP bound),
+unless a start already meets the starts' bound (then it is the answer, proven optimal).
 When a bound already meets the best start's cost (within `mip_gap`), that start is the answer without branching (this
 formulation's LP and the retention bound are tight on chains). The MIP is warm-started from the best start, so the
 search is never worse than the baselines or `approx` given the same time.
@@ -89,6 +90,11 @@ def solve_milp(
         policy=policy,
         extra_starts=extra_starts,
     )
+    if starts.best is not None and policy.meets(starts.best.cost, starts.bound):
+        # a proven optimum: no rounding or MILP can find a cheaper plan
+        final = final_plan(graph, budget, starts.best, bound=starts.bound, started=started, method=method)
+        log.info("the starting plan is %s (bound %.6g): no rounding, no MILP", final.describe(), starts.bound)
+        return final
     scale = memory_scale(graph, settings.memory_resolution)
     problem, index = encode(
         graph,

@@ -309,6 +309,7 @@ class CompiledStep:
                 if measured_costs
                 else None
             ),
+            planning_times=compiled.stage_times,
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:

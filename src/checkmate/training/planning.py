@@ -30,6 +30,7 @@ from checkmate.options import CostModel, MeasureMemory
 from checkmate.plan import Plan
 from checkmate.simulate import Schedule, lower
 from checkmate.solve import solve
+from checkmate.stage_times import Stage, StageTimes, count_capture, recording, timed
 from checkmate.strategies.feasibility import in_fraction_of_peak
 from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.registry import option_names
@@ -67,7 +68,8 @@ class Compiled:
     """A step planned for one batch signature.
 
     `reused_from` is None for a plan made for this signature, else the batch shapes of the planned step whose plan
-    (R and S) this one runs (`checkmate.training.shape_reuse`).
+    (R and S) this one runs (`checkmate.training.shape_reuse`). `stage_times` is where the time of planning it went
+    (`plan_step`), None for a plan it did not make.
 
     The slots are (owning module, attribute name) of each parameter and buffer in placeholder order: each call
     reads the tensor currently there, so a parameter replaced by assignment is seen, without walking the model.
@@ -81,6 +83,7 @@ class Compiled:
     parameter_slots: tuple[tuple[nn.Module, str], ...]
     buffer_slots: tuple[tuple[nn.Module, str], ...]
     reused_from: tuple[tuple[tuple[int, ...], str], ...] | None = None
+    stage_times: StageTimes | None = None
 
 
 def in_bytes(settings: Settings, first: Compiled) -> Settings:
@@ -117,29 +120,33 @@ def plan_step(
     best: Compiled | None = None
     refusals: list[InfeasibleBudget] = []
     started = time.perf_counter()
-    with solving.planning_scope(settings.solve_options) as interrupted:
-        for choice in settings.executor.capture_choices(settings.channels_last, model):
-            try:
-                planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started, fixed_memory)
-            except InfeasibleBudget as refusal:
-                log.info("%s: %s", choice.description, refusal)
-                budget = refusal.budget
-                refusals.append(refusal)
-                if interrupted.is_set():
+    with recording() as stage_times:
+        with solving.planning_scope(settings.solve_options) as interrupted:
+            for choice in settings.executor.capture_choices(settings.channels_last, model):
+                count_capture()
+                try:
+                    planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started, fixed_memory)
+                except InfeasibleBudget as refusal:
+                    log.info("%s: %s", choice.description, refusal)
+                    budget = refusal.budget
+                    refusals.append(refusal)
+                    if interrupted.is_set():
+                        break
+                    continue
+                if budget is None:
+                    budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
+                log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
+                if best is None or planned.plan.cost < best.plan.cost:
+                    best = planned
+                if not planned.plan.recomputes or interrupted.is_set():
                     break
-                continue
-            if budget is None:
-                budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
-            log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
-            if best is None or planned.plan.cost < best.plan.cost:
-                best = planned
-            if not planned.plan.recomputes or interrupted.is_set():
-                break
-    if best is None:
-        raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
-    if generate:
-        generate_step_function(best, settings)
-    return best
+        if best is None:
+            raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+        if generate:
+            generate_step_function(best, settings)
+        times = stage_times()
+    log.info("planned in %s", times)
+    return dataclasses.replace(best, stage_times=times)
 
 
 def generate_step_function(compiled: Compiled, settings: Settings) -> None:
@@ -177,8 +184,8 @@ def _plan_capture(
     capture's peak without recomputation); `started` is when the planning began (`planning_time_limit`)."""
     options = choice.options(settings.capture)
     with disk_cache.caching(settings.cache):  # profiling and Inductor's measures read and write their own caches
-        captured, program = settings.executor.prepare(
-            capture(
+        with timed(Stage.CAPTURE):
+            traced = capture(
                 model,
                 choice.traced_loss(model, loss_fn),
                 batch,
@@ -188,12 +195,10 @@ def _plan_capture(
                 gradient_memory=options.gradient_memory,
                 fused=options.fused,
                 lean_backward=options.lean_backward,
-            ),
-            model,
-            batch,
-            settings.cost_model,
-        )
-    no_remat = solve(captured.graph, None, method="checkpoint_all")
+            )
+        captured, program = settings.executor.prepare(traced, model, batch, settings.cost_model)
+    with timed(Stage.SOLVE):
+        no_remat = solve(captured.graph, None, method="checkpoint_all")
     if budget is None:
         budget = resolve_budget(settings.budget, no_remat.peak_memory)
     log.info(
@@ -208,7 +213,8 @@ def _plan_capture(
         starts = settings.executor.extra_starts(captured, budget)
     solve_options = _solve_options(settings, started) | ({"extra_starts": starts} if starts else {})
     try:
-        plan = _cached_solve(captured, budget, settings, solve_options)
+        with timed(Stage.SOLVE):
+            plan = _cached_solve(captured, budget, settings, solve_options)
     except InfeasibleBudget as error:
         fraction = parse_budget(settings.budget)
         if not isinstance(fraction, float):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from checkmate.byte_sizes import format_bytes
 from checkmate.options import CostModel
 from checkmate.plan import PlanStatus, describe_status
+from checkmate.stage_times import StageTimes
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class StepReport:
             (`checkmate.execute.predicted_time`). Beside `measured_time`: how far the time model is from the step.
         reused_from: the batch shapes whose plan this shape runs, as the log writes them (`CompiledStep.improve`
             plans this shape for itself), or None when the plan was made for this shape.
+        planning_times: where the time of planning this shape went (capture, node compilation and measuring,
+            solving, fused runs: `checkmate.stage_times`), or None for a plan reused from another shape.
     """
 
     method: str
@@ -54,6 +57,7 @@ class StepReport:
     reused_from: str | None = None
     planned_time: float | None = None
     predicted_time: float | None = None
+    planning_times: StageTimes | None = None
 
     def __str__(self) -> str:
         measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
@@ -80,4 +84,6 @@ class StepReport:
             ("planned extra compute", f"{self.planned_extra_compute:+.1%}"),
             ("step time", measured_time),
         ]
+        if self.planning_times is not None:
+            rows.append(("planning time", str(self.planning_times)))
         return "\n".join(f"{label:<{LABEL_WIDTH}}  {value}" for label, value in rows)
