@@ -26,7 +26,7 @@ import torch
 
 import checkmate
 from checkmate.graph import Graph
-from checkmate.simulate import simulate
+from checkmate.simulate import plan_cost
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_tools import prepare_model, workloads
@@ -63,8 +63,8 @@ def measure(args: argparse.Namespace) -> Iterator[Row]:
                 "nodes": graph.size,
                 "fused_priced_nodes": cheaper,
                 "fused_plan_fused_cost": fused_plan.cost,
-                "plain_plan_fused_cost": simulate(graph, plain.R, plain.S).cost,
-                "fused_plan_plain_cost": simulate(per_node(graph), fused_plan.R, fused_plan.S).cost,
+                "plain_plan_fused_cost": plan_cost(graph, plain.R),
+                "fused_plan_plain_cost": plan_cost(per_node(graph), fused_plan.R),
                 "plain_plan_plain_cost": plain.cost,
                 "same_plan": bool((plain.R == fused_plan.R).all() and (plain.S == fused_plan.S).all()),
             }
@@ -73,7 +73,7 @@ def measure(args: argparse.Namespace) -> Iterator[Row]:
                     model, loss_fn, batch, budget=fraction, executor="inductor", gradient_memory="when_made",
                     measure_memory="never", time_limit=args.time_limit,
                 )  # fmt: skip
-                other.use_plan(dataclasses.replace(plain, cost=simulate(graph, plain.R, plain.S).cost))
+                other.use_plan(dataclasses.replace(plain, cost=plan_cost(graph, plain.R)))
                 times = _interleaved(step, other, model, batch, args.repeats)
                 row["fused_plan_ms"] = statistics.median(times[0]) * 1e3
                 row["plain_plan_ms"] = statistics.median(times[1]) * 1e3
