@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from checkmate import plan_cache, progress_lines
@@ -24,6 +24,7 @@ from checkmate.plan import Plan
 from checkmate.progress import interrupt_scope
 from checkmate.search_defaults import within_time_left
 from checkmate.solve import DISPLAY_OPTIONS, solve
+from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.registry import option_names
 
 
@@ -66,11 +67,14 @@ def cached_solve(
     cost_model: CostModel,
     device: str,
     cache: bool,
+    extra_starts: Callable[[], tuple[HeldStart, ...]] = tuple,
 ) -> Plan:
     """The plan of `graph` within `budget` bytes by `method` with `options`: from the disk cache when `cache` and an
     entry serves these options, else solved (and cached when `cache`). The entry is keyed by the graph (without
     profiled costs when `cost_model` is "profile"), the budget, the method, its options (not those that only show
-    progress) and `device` (`plan_cache.plan_key`).
+    progress) and `device` (`plan_cache.plan_key`). A search also starts from `extra_starts()` (the method must take
+    that option), made only when it runs: the starts are a function of the graph and budget the key names, so they
+    are not part of it, and a plan served from the cache costs no time making them.
 
     Raises:
         InfeasibleBudget: no plan of the method fits `budget` (never cached).
@@ -85,7 +89,8 @@ def cached_solve(
     )
 
     def solved() -> Plan:
-        return solve(graph, budget, method=method, **options)
+        starts = extra_starts()
+        return solve(graph, budget, method=method, **options, **({"extra_starts": starts} if starts else {}))
 
     if not cache:
         return solved()

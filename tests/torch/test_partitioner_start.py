@@ -81,3 +81,17 @@ def test_compile_with_the_inductor_executor_weighs_the_partitioners_plans(caplog
     assert step.plan.peak_memory <= step.plan.budget
     assert "torch.compile's partitioner:" in caplog.text
     assert "given starting plans fit the budget" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_plan_from_the_cache_runs_no_partitioner(caplog: pytest.LogCaptureFixture) -> None:
+    """The starts serve a search only: a second compile whose plan comes from the disk cache makes none."""
+    torch.manual_seed(0)
+    model, loss_fn, batch = MODELS["gpt"]()
+    options: dict[str, Any] = {"budget": 0.8, "executor": "inductor", "cost_model": "flops", "time_limit": 5}
+    first = checkmate.compile(model, loss_fn, batch, **options)
+    with caplog.at_level(logging.INFO, logger="checkmate"):
+        second = checkmate.compile(model, loss_fn, batch, **options)
+    assert "loaded the cached plan" in caplog.text
+    assert "torch.compile's partitioner:" not in caplog.text
+    assert (second.plan.R == first.plan.R).all() and (second.plan.S == first.plan.S).all()

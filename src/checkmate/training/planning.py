@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +166,7 @@ def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph
         InfeasibleBudget: no plan of the method fits `budget`.
     """
     options = _solve_options(settings, started)
-    plan = _cached_solve(compiled.captured, budget, settings, options, graph)
+    plan = _cached_solve(compiled.captured, budget, settings, options, graph=graph)
     return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
 
 
@@ -208,13 +208,14 @@ def _plan_capture(
         format_bytes(budget),
         settings.method,
     )
-    starts: tuple[HeldStart, ...] = ()
-    if no_remat.peak_memory > budget and "extra_starts" in (option_names(settings.method) or ()):
-        starts = settings.executor.extra_starts(captured, budget)
-    solve_options = _solve_options(settings, started) | ({"extra_starts": starts} if starts else {})
+    takes_starts = no_remat.peak_memory > budget and "extra_starts" in (option_names(settings.method) or ())
+
+    def extra_starts() -> tuple[HeldStart, ...]:
+        return settings.executor.extra_starts(captured, budget) if takes_starts else ()
+
     try:
         with timed(Stage.SOLVE):
-            plan = _cached_solve(captured, budget, settings, solve_options)
+            plan = _cached_solve(captured, budget, settings, _solve_options(settings, started), extra_starts)
     except InfeasibleBudget as error:
         fraction = parse_budget(settings.budget)
         if not isinstance(fraction, float):
@@ -242,9 +243,15 @@ def _solve_options(settings: Settings, started: float) -> dict[str, Any]:
 
 
 def _cached_solve(
-    captured: Captured, budget: int, settings: Settings, options: dict[str, Any], graph: Graph | None = None
+    captured: Captured,
+    budget: int,
+    settings: Settings,
+    options: dict[str, Any],
+    extra_starts: Callable[[], tuple[HeldStart, ...]] = tuple,
+    graph: Graph | None = None,
 ) -> Plan:
-    """The plan of `graph` (by default the capture's) within `budget`, from the disk cache when possible."""
+    """The plan of `graph` (by default the capture's) within `budget`, from the disk cache when possible; a search
+    also starts from `extra_starts()`, made only when it runs."""
     return solving.cached_solve(
         captured.graph if graph is None else graph,
         budget,
@@ -253,6 +260,7 @@ def _cached_solve(
         cost_model=captured.cost_model,
         device=captured.device,
         cache=settings.cache,
+        extra_starts=extra_starts,
     )
 
 
