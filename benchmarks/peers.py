@@ -75,7 +75,7 @@ from checkmate.torch_capture.allocator import allocator_peak
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import timing
-from peers_report import Row, ratio_summary, render
+from peers_report import Row, prediction_summary, ratio_summary, render
 from peers_tools import PEER_TOOLS, Candidate, Setting, Workload, prepare_model, workloads
 
 log = logging.getLogger("peers")
@@ -431,6 +431,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--summary", action="store_true", help="with --from-json: only the table of ours against each peer tool"
     )
+    parser.add_argument(
+        "--predictions", action="store_true", help="with --from-json: only how far measured step times are from ours' "
+        "predicted ones",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.time_limit is None:
         args.time_limit = 10.0 if args.quick else 45.0
@@ -494,7 +498,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         logging.getLogger("checkmate").setLevel(logging.WARNING)
     if args.from_json:
         saved_rows, saved_info = read_rows(args.from_json)
-        print(ratio_summary(saved_rows) if args.summary else render(saved_rows, saved_info, plot=args.plot))
+        if args.summary:
+            print(ratio_summary(saved_rows))
+        elif args.predictions:
+            print(prediction_summary(saved_rows))
+        else:
+            print(render(saved_rows, saved_info, plot=args.plot))
         return
     if args.cache_dir:
         os.environ["CHECKMATE_CACHE_DIR"] = args.cache_dir

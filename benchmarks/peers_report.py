@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -236,6 +237,27 @@ def prediction_table(rows: Sequence[Row]) -> str:
             f"| {row.model} | {row.tool} | {row.config} | {_mib(row.budget)} | {_mib(row.predicted_peak)} | "
             f"{_mib(row.measured_peak)} | {ratio} | {_mib(row.own_meter_peak)} | {predicted_ms} | {measured_ms} | "
             f"{time_ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def prediction_summary(rows: Sequence[Row]) -> str:
+    """Per tool of ours, how far the measured step time is from the predicted one: the median and the extreme of
+    measured / predicted over its rows, and how many rows are within 10 % and 20 %."""
+    lines = [
+        "| tool | rows with a predicted time | median measured / predicted | range | within 10 % | within 20 % |",
+        "|---|---|---|---|---|---|",
+    ]
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        if row.step_ms and row.predicted_ms:
+            ratios.setdefault(row.tool, []).append(row.step_ms / row.predicted_ms)
+    for tool, values in sorted(ratios.items()):
+        within_10 = sum(abs(value - 1) <= 0.10 for value in values)
+        within_20 = sum(abs(value - 1) <= 0.20 for value in values)
+        lines.append(
+            f"| {tool} | {len(values)} | {statistics.median(values):.2f} | {min(values):.2f}–{max(values):.2f} | "
+            f"{within_10} of {len(values)} | {within_20} of {len(values)} |"
         )
     return "\n".join(lines)
 
