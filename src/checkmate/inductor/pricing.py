@@ -8,8 +8,8 @@ For node i, from its function's measure (`checkmate.inductor.measure`):
   it returns (fixed memory) and the gradients it retains (`Node.retained`);
 * recompute workspace: the rise above its memory on a recomputation, where everything else it returns is a temporary;
 * cost: the median call time, when the plan is priced by measurement (`reprice_costs`), else the capture's cost;
-* recompute cost (priced by measurement only): a recomputation of a node Inductor fuses (no library kernel, no random
-  op) whose readers are all fusible runs inside its reader's kernel in a fused run of the schedule
+* recompute cost (priced by measurement only): a recomputation of a node Inductor fuses (compiled, no library kernel,
+  no random op) whose readers are all fusible runs inside its reader's kernel in a fused run of the schedule
   (`checkmate.inductor.segments`), so it saves what keeping its value costs: allocating, writing and reading back its
   memory (`checkmate.inductor.memory_traffic`). Its cost is the call time less that, at least nothing. Any other
   node's recomputation is a call of its own and costs what its first run does.
@@ -50,8 +50,8 @@ def priced_graph(
         return graph
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
     fuses = [
-        fusible(members, fx_nodes) and index not in captured.random_nodes
-        for index, members in enumerate(captured.members)
+        kernel.compiled and fusible(members, fx_nodes)
+        for kernel, members in zip(kernels, captured.members, strict=True)
     ]
     for index, node in enumerate(nodes):
         if fuses[index] and graph.users[index] and all(fuses[user] for user in graph.users[index]):
