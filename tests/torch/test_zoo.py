@@ -28,6 +28,7 @@ TINY: dict[str, tuple[Callable[[], zoo.Factory], int, int, int]] = {
     "fcn8": (lambda: zoo.fcn8(batch_size=2, image_size=(32, 64), width=1 / 16), 21, 0, 0),
     "segnet": (lambda: zoo.segnet(batch_size=2, image_size=(32, 64), width=1 / 16), 26, 0, 5),
     "gpt2": (lambda: zoo.gpt2(batch_size=2, length=16, dim=32, heads=2, layers=2, vocab=64), 0, 2, 0),
+    "convnext": (lambda: zoo.convnext(batch_size=2, image_size=32, widths=(8, 16), depths=(1, 1)), 4, 0, 0),
 }
 LONG_SKIPS = {"unet", "fcn8", "segnet"}
 CHAINS = {"vgg16", "vgg19"}
