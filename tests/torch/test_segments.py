@@ -108,16 +108,16 @@ def test_the_predicted_time_counts_each_fused_call_as_measured() -> None:
     compiled = step._compiled[step._current]
     steps = compiled.program.run_steps(compiled.schedule)
     calls = [item for item in steps if isinstance(item, SegmentCall)]
-    assert calls and all(call.seconds is not None and call.seconds > 0 for call in calls)
+    assert calls and all(call.seconds > 0 for call in calls)
     graph = compiled.captured.graph
     alone = [item for item in steps if isinstance(item, Compute)]
-    expected = sum(call.seconds or 0.0 for call in calls) + sum(float(graph.costs[item.node]) for item in alone)
+    expected = sum(call.seconds for call in calls) + sum(float(graph.costs[item.node]) for item in alone)
     report = step.report()
     assert report.predicted_time == pytest.approx(expected)
     assert report.planned_time == step.plan.cost
     fused_nodes = sum(float(graph.costs[compute.node]) for call in calls for compute in call.computes)
     assert report.predicted_time != pytest.approx(report.planned_time), (
-        f"the fused calls ({sum(call.seconds or 0.0 for call in calls):.6f} s) replace their nodes' costs "
+        f"the fused calls ({sum(call.seconds for call in calls):.6f} s) replace their nodes' costs "
         f"({fused_nodes:.6f} s)"
     )
     assert "as planned, before fusing runs" in str(report)

@@ -148,7 +148,7 @@ class SegmentCall:
             values leaving the step that first computations among them make.
         freed: computed nodes whose copy the schedule frees within the run (their values never leave the call).
         handed: other nodes whose only live copy the schedule frees within the run.
-        seconds: the call's measured time, when it was measured (`checkmate.execute.predicted_time`).
+        seconds: the call's measured time (`checkmate.execute.predicted_time`).
     """
 
     label: str
@@ -158,7 +158,7 @@ class SegmentCall:
     outputs: tuple[str, ...]
     freed: frozenset[int]
     handed: frozenset[int]
-    seconds: float | None = None
+    seconds: float
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,6 @@ from checkmate.graph import Graph
 from checkmate.simulate import Compute
 
 
-def compute_cost(graph: Graph, step: Compute) -> float:
-    """The cost of one computation: its node's first run at its own stage, a recomputation after it."""
-    costs = graph.costs if step.stage == step.node else graph.recompute_costs
-    return float(costs[step.node])
-
-
 def predicted_seconds(graph: Graph, steps: Sequence[ScheduleItem]) -> float:
     """The time of `steps` (a lowered schedule of `graph`): measured fused calls, every other computation at its own
     call's cost."""
@@ -32,8 +26,5 @@ def predicted_seconds(graph: Graph, steps: Sequence[ScheduleItem]) -> float:
         if isinstance(step, Compute):
             total += float(graph.costs[step.node])
         elif isinstance(step, SegmentCall):
-            if step.seconds is None:
-                total += sum(compute_cost(graph, compute) for compute in step.computes)
-            else:
-                total += step.seconds
+            total += step.seconds
     return total

@@ -277,7 +277,7 @@ class _Fuser:
         if measured is None or before + measured[0] > self.peak:
             log.debug("%s: %s above the plan's peak; split", label, measured)
             return None
-        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed, seconds=measured[1])
+        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed, measured[1])
 
     def _measured(
         self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], cache_key: str
