@@ -9,6 +9,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,17 @@ def test_ctrl_c_during_compile_s_search_returns_the_best_plan_within_a_second_ca
     assert entry["effort"]["time_limit"] == pytest.approx(plan.solve_time) and plan.solve_time < 30.0
 
 
+@pytest.fixture
+def keyboard_interrupt_on_sigint() -> Iterator[None]:
+    """Ctrl-C as a terminal delivers it. A shell that starts pytest in the background makes it ignore SIGINT, and a
+    process that starts with SIGINT ignored has no KeyboardInterrupt handler (the CI runner, a `make test &`)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.serial  # a 5 s wall-clock bound on a trace that takes about 3 s on a busy machine
+@pytest.mark.usefixtures("keyboard_interrupt_on_sigint")
 def test_ctrl_c_during_capture_raises_keyboard_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHECKMATE_CACHE_DIR", str(tmp_path))
 
