@@ -7,14 +7,19 @@ the first capture's floor) are in test_inductor.py and test_lean_backward.py.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import pytest
+import torch
 from torch import nn
 
+import checkmate
 from checkmate import zoo
-from checkmate.executors import executor_named
+from checkmate.executors import CaptureChoice, EagerExecutor, executor_named
 from checkmate.executors.capture_options import CaptureOptions
+from checkmate.torch_capture.trace import LossFunction
+from checkmate.training import planning
 
 
 def _convolutional() -> nn.Module:
@@ -62,3 +67,41 @@ def test_each_executor_captures_with_its_options(executor: str, cost_model: str,
     assert options == expected
     for choice in executor_named(executor).capture_choices(None, _dense()):
         assert choice.options(options) == dataclasses.replace(expected, lean_backward=choice.lean_backward)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Padded(CaptureChoice):
+    """A capture whose step also does much useless arithmetic: every plan of it costs more than the plain one's."""
+
+    def traced_loss(self, model: nn.Module, loss_fn: LossFunction) -> LossFunction:
+        def padded(model: nn.Module, x: torch.Tensor, *rest: object) -> torch.Tensor:
+            useless = x.repeat(1, 16) @ torch.ones(16 * x.shape[1], 512)
+            return loss_fn(model, x, *rest) + 0.0 * useless.tanh().sum()
+
+        return padded
+
+
+def test_a_capture_that_cannot_beat_the_best_plan_is_not_searched(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Captures are searched cheapest without recomputation first: the padded one, offered first, is prepared but
+    not searched, since every node once already costs more than the plain capture's plan."""
+    padded, plain = _Padded(False, False, "padded"), CaptureChoice(False, False, "plain")
+    monkeypatch.setattr(EagerExecutor, "capture_choices", lambda *_: (padded, plain))
+    searched: list[str] = []
+    solve_capture = planning._solve_capture
+    monkeypatch.setattr(
+        planning,
+        "_solve_capture",
+        lambda model, prepared, *rest: (
+            searched.append(prepared.choice.description) or solve_capture(model, prepared, *rest)
+        ),
+    )
+    model, loss_fn, batch = zoo.mlp(batch_size=8)
+    with caplog.at_level(logging.INFO, logger="checkmate.training.planning"):
+        step = checkmate.compile(model, loss_fn, batch, budget=0.6, cost_model="flops", cache=False)
+    assert searched == ["plain"]
+    assert "padded: every node once costs" in caplog.text and "not searched" in caplog.text
+    assert step.report().planning_times.captures == 2  # type: ignore[union-attr]
+    plain_loss = loss_fn(model, *batch)
+    assert torch.equal(step(*batch), plain_loss.detach())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -109,44 +110,94 @@ def plan_step(
     `generate`, the plan's step function is generated now, not inside a metered step (a distribution that adds
     passes to the program generates it once they are in).
 
-    The executor's captures (`capture_choices`) are planned in order, fastest without recomputation first. A plan
-    that recomputes nothing ends the search; otherwise the next capture is planned too (a leaner one may fit the same
-    budget with less recomputation), and the plan of least predicted cost is kept. The budget in bytes is resolved
-    once, against the first capture's peak without recomputation. When no capture fits, the error names the
-    smallest budget any of them could meet. Ctrl-C during a search ends it with its best plan and plans no further
-    capture (`checkmate.progress.interrupt_scope`); Ctrl-C during capture raises KeyboardInterrupt. Profiling shows
+    The executor's captures (`capture_choices`) are prepared in order (captured, priced by the executor), until one
+    fits the budget without recomputation. They are then searched cheapest without recomputation first, and one
+    whose every-node-once cost is no less than the best plan found already is not searched: its plans cannot be
+    cheaper. The plan of least predicted cost is kept. The budget in bytes is resolved once, against the first
+    capture's peak without recomputation. When no capture fits, the error names the smallest budget any of them
+    could meet. Ctrl-C during a search ends it with its best plan and searches no further capture
+    (`checkmate.progress.interrupt_scope`); Ctrl-C during capture raises KeyboardInterrupt. Profiling shows
     progress lines as the search does (`checkmate.progress_lines`), unless the options say `progress`."""
-    budget: int | None = None
-    best: Compiled | None = None
-    refusals: list[InfeasibleBudget] = []
     started = time.perf_counter()
     with recording() as stage_times:
         with solving.planning_scope(settings.solve_options) as interrupted:
-            for choice in settings.executor.capture_choices(settings.channels_last, model):
-                count_capture()
-                try:
-                    planned = _plan_capture(model, loss_fn, batch, settings, choice, budget, started, fixed_memory)
-                except InfeasibleBudget as refusal:
-                    log.info("%s: %s", choice.description, refusal)
-                    budget = refusal.budget
-                    refusals.append(refusal)
-                    if interrupted.is_set():
-                        break
-                    continue
-                if budget is None:
-                    budget = resolve_budget(settings.budget, planned.no_remat.peak_memory)
-                log.info("%s: a plan of predicted cost %.6g", choice.description, planned.plan.cost)
-                if best is None or planned.plan.cost < best.plan.cost:
-                    best = planned
-                if not planned.plan.recomputes or interrupted.is_set():
-                    break
-        if best is None:
-            raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+            prepared = _prepare_captures(model, loss_fn, batch, settings, fixed_memory)
+            budget = resolve_budget(settings.budget, prepared[0].no_remat.peak_memory)
+            best = _search_captures(model, prepared, settings, budget, started, interrupted)
         if generate:
             generate_step_function(best, settings)
         times = stage_times()
     log.info("planned in %s", times)
     return dataclasses.replace(best, stage_times=times)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One capture of the step, priced by the executor, and its plan without recomputation."""
+
+    choice: CaptureChoice
+    captured: Captured
+    program: Program
+    no_remat: Plan
+
+
+def _prepare_captures(
+    model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, fixed_memory: int
+) -> list[_Prepared]:
+    """The executor's captures in its order, until one fits the budget (resolved against the first) without
+    recomputation: a later one is prepared only where recomputation is needed, so a loose budget captures once."""
+    prepared: list[_Prepared] = []
+    for choice in settings.executor.capture_choices(settings.channels_last, model):
+        count_capture()
+        prepared.append(_prepare_capture(model, loss_fn, batch, settings, choice, fixed_memory))
+        budget = resolve_budget(settings.budget, prepared[0].no_remat.peak_memory)
+        if prepared[-1].no_remat.peak_memory <= budget:
+            break
+    return prepared
+
+
+def _search_captures(
+    model: nn.Module,
+    prepared: list[_Prepared],
+    settings: Settings,
+    budget: int,
+    started: float,
+    interrupted: threading.Event,
+) -> Compiled:
+    """The plan of least predicted cost over the prepared captures within `budget` bytes, searched cheapest without
+    recomputation first; a capture whose every-node-once cost is no less than the best plan's is not searched (each
+    node runs at least once, at its first-run cost, in every plan).
+
+    Raises:
+        InfeasibleBudget: no capture has a plan within `budget` (the one naming the smallest budget that works).
+    """
+    best: Compiled | None = None
+    refusals: list[InfeasibleBudget] = []
+    for each in sorted(prepared, key=lambda each: each.no_remat.cost):
+        if best is not None and each.no_remat.cost >= best.plan.cost:
+            log.info(
+                "%s: every node once costs %.6g, no less than the best plan's %.6g: not searched",
+                each.choice.description,
+                each.no_remat.cost,
+                best.plan.cost,
+            )
+            continue
+        try:
+            planned = _solve_capture(model, each, settings, budget, started)
+        except InfeasibleBudget as refusal:
+            log.info("%s: %s", each.choice.description, refusal)
+            refusals.append(refusal)
+            if interrupted.is_set():
+                break
+            continue
+        log.info("%s: a plan of predicted cost %.6g", each.choice.description, planned.plan.cost)
+        if best is None or planned.plan.cost < best.plan.cost:
+            best = planned
+        if interrupted.is_set():
+            break
+    if best is None:
+        raise min(refusals, key=lambda refusal: refusal.minimum if refusal.minimum is not None else float("inf"))
+    return best
 
 
 def generate_step_function(compiled: Compiled, settings: Settings) -> None:
@@ -170,18 +221,15 @@ def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph
     return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
 
 
-def _plan_capture(
+def _prepare_capture(
     model: nn.Module,
     loss_fn: LossFunction,
     batch: Sequence[Any],
     settings: Settings,
     choice: CaptureChoice,
-    budget: int | None,
-    started: float,
     fixed_memory: int,
-) -> Compiled:
-    """Plan one capture of the step within `budget` bytes (None: the settings' budget, resolved against this
-    capture's peak without recomputation); `started` is when the planning began (`planning_time_limit`)."""
+) -> _Prepared:
+    """Capture the step as `choice` says and price it with the settings' executor."""
     options = choice.options(settings.capture)
     with disk_cache.caching(settings.cache):  # profiling and Inductor's measures read and write their own caches
         with timed(Stage.CAPTURE):
@@ -199,11 +247,17 @@ def _plan_capture(
         captured, program = settings.executor.prepare(traced, model, batch, settings.cost_model)
     with timed(Stage.SOLVE):
         no_remat = solve(captured.graph, None, method="checkpoint_all")
-    if budget is None:
-        budget = resolve_budget(settings.budget, no_remat.peak_memory)
+    return _Prepared(choice, captured, program, no_remat)
+
+
+def _solve_capture(model: nn.Module, prepared: _Prepared, settings: Settings, budget: int, started: float) -> Compiled:
+    """Plan one prepared capture within `budget` bytes; `started` is when the planning began
+    (`planning_time_limit`)."""
+    captured, no_remat = prepared.captured, prepared.no_remat
     log.info(
-        "planning %d nodes: no-remat peak %s, budget %s, method %s",
+        "planning %d nodes (%s): no-remat peak %s, budget %s, method %s",
         captured.graph.size,
+        prepared.choice.description,
         format_bytes(no_remat.peak_memory),
         format_bytes(budget),
         settings.method,
@@ -223,7 +277,7 @@ def _plan_capture(
         raise in_fraction_of_peak(error, fraction, no_remat.peak_memory) from None
     return Compiled(
         captured,
-        program,
+        prepared.program,
         plan,
         lower(captured.graph, plan.R, plan.S),
         no_remat,
