@@ -112,7 +112,8 @@ def compile(
             the step's code are outside it; `planning_time_limit` bounds them all. For "optimal" and "approx" the time
             limit defaults to DEFAULT_TIME_LIMIT (`checkmate.search_defaults`) so that a first call cannot hang, and
             "optimal" stops once its plan is proven within DEFAULT_GAP of its lower bound (`mip_gap`; pass
-            `mip_gap=1e-4` to search on). The plan is the best found; `step.plan.status` is "optimal" only when its
+            `mip_gap=1e-4` to search on), or once that gap has not closed for DEFAULT_STALL_TIME seconds
+            (`stall_time`; None to search on). The plan is the best found; `step.plan.status` is "optimal" only when its
             lower bound meets its cost, and `step.plan.gap` says how close it is otherwise. Profiling and the search
             show a progress line every 5 s (`progress_interval`) on stderr (in the log, when the program configures
             logging); `progress=False`, or a level above INFO on the "checkmate" logger, silences them

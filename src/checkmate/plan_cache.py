@@ -8,11 +8,11 @@ plan is re-simulated on the current graph and budget when loaded: a damaged entr
 for another graph, or over this budget), is logged as a warning naming its file, removed, and the plan solved again.
 A cache that cannot be written is logged, and the plan is returned uncached.
 
-The effort options (`time_limit`, `mip_gap`) are not in the key: they say how hard to look, not which problem.
-An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a time
-limit ran out) serves only calls that ask for no more effort than it had, and the log says it is not proven. A
-solve that stopped before its time limit without reaching its gap (Ctrl-C) is recorded with the seconds it
-searched, not the limit it was given. A call that asks for more time or a smaller gap solves again, and the
+The effort options (`time_limit`, `mip_gap`, `stall_time`) are not in the key: they say how hard to look, not which
+problem. An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a
+time limit ran out, or the search stalled) serves only calls that ask for no more effort than it had, and the log
+says it is not proven. A solve that Ctrl-C stopped is recorded with the seconds it searched, not the limit it was
+given. A call that asks for more time or a smaller gap solves again, and the
 cheaper of the two plans is kept.
 """
 
@@ -39,7 +39,7 @@ from checkmate.plan import Plan
 log = logging.getLogger(__name__)
 
 FORMAT = "checkmate-plan/1"
-EFFORT_OPTIONS = ("time_limit", "mip_gap")
+EFFORT_OPTIONS = ("time_limit", "mip_gap", "stall_time")
 
 
 def cache_directory() -> Path:
@@ -80,7 +80,7 @@ def plan_key(
 
 @dataclass(frozen=True)
 class CachedPlan:
-    """A cache entry: the plan and the effort (time_limit, mip_gap) of the solve that found it."""
+    """A cache entry: the plan and the effort (time_limit, mip_gap, stall_time) of the solve that found it."""
 
     plan: Plan
     effort: dict[str, float | None]
@@ -100,11 +100,14 @@ def cached_solve(
     options: Mapping[str, Any],
     solve: Callable[[], Plan],
     searches: bool = True,
+    interrupted: Callable[[], bool] = lambda: False,
 ) -> Plan:
     """The cached plan for `key` when it fits `budget` and serves `options`; else `solve()`, cached (the cheaper of
     the new plan and an unproven cached one, with the greater of their efforts). `searches`: the method searches
-    until a time limit or a gap (it takes `time_limit`), so one that returns earlier was stopped (`spent_effort`);
-    a method that does not search always has its full effort."""
+    until a time limit, a gap or a stall (it takes `time_limit`), so one that returns earlier was stopped
+    (`spent_effort`); a method that does not search always has its full effort. `interrupted()` says, after
+    `solve()`, whether Ctrl-C stopped it (without it, a search that asked for `stall_time` and returned early is
+    taken to have stalled)."""
     entry = load_cached(key, graph, cost_model=cost_model, budget=budget)
     if entry is not None and entry.serves(options):
         if entry.plan.status != "optimal":
@@ -122,7 +125,7 @@ def cached_solve(
             _describe(_effort(options)),
         )
     plan = solve()
-    effort = spent_effort(plan, options) if searches else _effort(options)
+    effort = spent_effort(plan, options, interrupted()) if searches else _effort(options)
     if entry is not None:
         effort = _greater(entry.effort, effort)
         if entry.plan.cost < plan.cost:
@@ -165,28 +168,35 @@ def store_cached(
     return path
 
 
-def spent_effort(plan: Plan, options: Mapping[str, Any]) -> dict[str, float | None]:
+def spent_effort(plan: Plan, options: Mapping[str, Any], interrupted: bool = False) -> dict[str, float | None]:
     """The effort of the solve that returned `plan` when asked for `options`: the effort asked for, except that a
     search that stopped before its time limit (`plan.solve_time`) without proving the plan optimal or within its
-    `mip_gap` (`plan.status`, `plan.gap`) is taken to have had only the seconds it ran: it was interrupted, and a
-    call that asks for more time must not reuse its plan."""
+    `mip_gap` (`plan.status`, `plan.gap`), and not because it stalled (it asked for no `stall_time`, or it was
+    `interrupted`), is taken to have had only the seconds it ran: a call that asks for more time must not reuse its
+    plan."""
     effort = _effort(options)
     limit, gap = effort["time_limit"], effort["mip_gap"]
     reached_gap = plan.status == "optimal" or (plan.gap is not None and plan.gap <= (gap or 0.0))
-    if not reached_gap and (limit is None or plan.solve_time < limit):
+    stalled = effort["stall_time"] is not None and not interrupted
+    if not reached_gap and not stalled and (limit is None or plan.solve_time < limit):
         effort["time_limit"] = plan.solve_time
     return effort
 
 
 def _greater(one: Mapping[str, float | None], other: Mapping[str, float | None]) -> dict[str, float | None]:
-    """The effort of two solves together: the longer time (None: unlimited) and the smaller gap (None: the solver's
-    default, the loosest)."""
-    times = (one["time_limit"], other["time_limit"])
+    """The effort of two solves together: the longer time and stall time (None: unlimited) and the smaller gap
+    (None: the solver's default, the loosest)."""
     gaps = [gap for gap in (one["mip_gap"], other["mip_gap"]) if gap is not None]
     return {
-        "time_limit": None if None in times else max(time for time in times if time is not None),
+        "time_limit": _longer(one["time_limit"], other["time_limit"]),
         "mip_gap": min(gaps) if gaps else None,
+        "stall_time": _longer(one["stall_time"], other["stall_time"]),
     }
+
+
+def _longer(one: float | None, other: float | None) -> float | None:
+    """The longer of two limits in seconds, None being no limit."""
+    return None if one is None or other is None else max(one, other)
 
 
 def _effort(options: Mapping[str, Any]) -> dict[str, float | None]:
@@ -197,16 +207,27 @@ def _effort(options: Mapping[str, Any]) -> dict[str, float | None]:
 def _covers(had: Mapping[str, float | None], asked: Mapping[str, float | None]) -> bool:
     """Whether a solve with effort `had` tried at least as hard as `asked` (no time limit beats any; a smaller gap
     is more effort)."""
-    time_had, time_asked = had["time_limit"], asked["time_limit"]
-    enough_time = time_had is None or (time_asked is not None and time_had >= time_asked)
     gap_had, gap_asked = had["mip_gap"], asked["mip_gap"]
     small_enough_gap = gap_asked is None or (gap_had is not None and gap_had <= gap_asked)
-    return enough_time and small_enough_gap
+    return (
+        _as_long(had["time_limit"], asked["time_limit"])
+        and small_enough_gap
+        and _as_long(had["stall_time"], asked["stall_time"])
+    )
+
+
+def _as_long(had: float | None, asked: float | None) -> bool:
+    """Whether a limit of `had` seconds is at least `asked` (None: no limit, longer than any)."""
+    return had is None or (asked is not None and had >= asked)
 
 
 def _describe(effort: Mapping[str, float | None]) -> str:
-    time_limit = "no time limit" if effort["time_limit"] is None else f"time_limit={effort['time_limit']:g} s"
-    return time_limit if effort["mip_gap"] is None else f"{time_limit}, mip_gap={effort['mip_gap']:g}"
+    parts = ["no time limit" if effort["time_limit"] is None else f"time_limit={effort['time_limit']:g} s"]
+    if effort["mip_gap"] is not None:
+        parts.append(f"mip_gap={effort['mip_gap']:g}")
+    if effort["stall_time"] is not None:
+        parts.append(f"stall_time={effort['stall_time']:g} s")
+    return ", ".join(parts)
 
 
 def write_plan(

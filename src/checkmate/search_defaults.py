@@ -18,16 +18,22 @@ TIMED_METHODS = ("optimal", "approx")
 # rest of the time limit seldom finds a better plan than one already this close (BENCHMARKS.md, "Time to the first
 # step with every default").
 DEFAULT_GAP = 0.01
+# `optimal` also stops once its gap has not closed for this many seconds (`checkmate.strategies.stall`): on real
+# captures the MILP often holds a gap of 1-2 % for the whole time limit without a better plan (BENCHMARKS.md,
+# "Compile time").
+DEFAULT_STALL_TIME = 20.0
 
 
 def with_search_defaults(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """`options` with the defaults of a search where not given: `time_limit` DEFAULT_TIME_LIMIT for the
-    TIMED_METHODS, so that a first call cannot hang, and `mip_gap` DEFAULT_GAP for "optimal"."""
+    TIMED_METHODS, so that a first call cannot hang, and `mip_gap` DEFAULT_GAP and `stall_time` DEFAULT_STALL_TIME
+    for "optimal"."""
     defaults: dict[str, Any] = {}
     if method in TIMED_METHODS:
         defaults["time_limit"] = DEFAULT_TIME_LIMIT
     if method == "optimal":
         defaults["mip_gap"] = DEFAULT_GAP
+        defaults["stall_time"] = DEFAULT_STALL_TIME
     return {**defaults, **options}
 
 

@@ -95,6 +95,14 @@ def cached_solve(
     if not cache:
         return solved()
     searches = "time_limit" in (option_names(method) or ())
-    return plan_cache.cached_solve(
-        key, graph, cost_model=cost_model, budget=budget, options=options, solve=solved, searches=searches
-    )
+    with interrupt_scope() as interrupted:  # set once Ctrl-C stopped the search: its plan had less than its effort
+        return plan_cache.cached_solve(
+            key,
+            graph,
+            cost_model=cost_model,
+            budget=budget,
+            options=options,
+            solve=solved,
+            searches=searches,
+            interrupted=interrupted.is_set,
+        )

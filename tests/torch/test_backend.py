@@ -20,7 +20,7 @@ import checkmate
 import checkmate.solving
 from checkmate import InfeasibleBudget, InvalidArgument, zoo
 from checkmate.execute.memory import storage_bytes
-from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_TIME_LIMIT
+from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_STALL_TIME, DEFAULT_TIME_LIMIT
 from checkmate.torch_capture.allocator import allocator_peak
 
 TIME_LIMIT = 15
@@ -250,11 +250,15 @@ def test_a_fraction_falling_back_plans_within_the_regions_time_limit(
 
 def test_the_search_defaults_are_compiles() -> None:
     """`checkmate.backend` searches as long and stops as near the bound as `checkmate.compile` does by default."""
-    assert checkmate.backend(budget=0.5).solve_options == {"time_limit": DEFAULT_TIME_LIMIT, "mip_gap": DEFAULT_GAP}
+    assert checkmate.backend(budget=0.5).solve_options == {
+        "time_limit": DEFAULT_TIME_LIMIT,
+        "mip_gap": DEFAULT_GAP,
+        "stall_time": DEFAULT_STALL_TIME,
+    }
     assert checkmate.backend(budget=0.5, method="approx").solve_options == {"time_limit": DEFAULT_TIME_LIMIT}
     assert checkmate.backend(budget=0.5, method="checkpoint_all").solve_options == {}
-    asked = checkmate.backend(budget=0.5, time_limit=7, mip_gap=1e-4).solve_options
-    assert asked == {"time_limit": 7, "mip_gap": 1e-4}
+    asked = checkmate.backend(budget=0.5, time_limit=7, mip_gap=1e-4, stall_time=None).solve_options
+    assert asked == {"time_limit": 7, "mip_gap": 1e-4, "stall_time": None}
 
 
 def test_a_byte_budget_a_region_cannot_fit_is_an_error_naming_the_smallest() -> None:

@@ -12,7 +12,7 @@ import checkmate
 import checkmate.solving
 import checkmate.training.planning
 from checkmate import zoo
-from checkmate.search_defaults import DEFAULT_GAP
+from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_STALL_TIME
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +60,7 @@ def test_without_a_planning_limit_each_solve_has_its_own(monkeypatch: pytest.Mon
     timed = [options for options in solves if options["method"] == "optimal"]
     assert timed and all(options["time_limit"] == 7 for options in timed)
     assert all(options["mip_gap"] == DEFAULT_GAP for options in timed), "optimal stops within DEFAULT_GAP"
+    assert all(options["stall_time"] == DEFAULT_STALL_TIME for options in timed), "and once its gap stalls"
 
 
 def test_a_negative_planning_limit_is_refused_before_any_work() -> None:

@@ -196,6 +196,31 @@ def test_a_plan_stopped_early_within_its_gap_serves_the_same_call() -> None:
     assert solver.calls == 1
 
 
+def test_a_plan_whose_search_stalled_serves_the_same_call_but_not_one_without_a_stall_rule() -> None:
+    """Stopping at `stall_time` is the full effort of a call that asked for it; Ctrl-C in that call is not."""
+    options = {"time_limit": 120, "mip_gap": 0.01, "stall_time": 20}
+    stalled = Solver(_plan(seconds=25.0))
+    for _ in range(2):
+        plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options=options, solve=stalled)
+    assert stalled.calls == 1
+    for asks_more in ({**options, "stall_time": 40}, {**options, "stall_time": None}):
+        plan_cache.cached_solve(_key(), GRAPH, cost_model="unit", budget=BUDGET, options=asks_more, solve=stalled)
+    assert stalled.calls == 3, "no stall rule, or a longer one, is more effort: solved again"
+    interrupted = Solver(_plan(seconds=25.0))
+    other = _key(budget=BUDGET + 1)
+    for _ in range(2):
+        plan_cache.cached_solve(
+            other,
+            GRAPH,
+            cost_model="unit",
+            budget=BUDGET + 1,
+            options=options,
+            solve=interrupted,
+            interrupted=lambda: True,
+        )
+    assert interrupted.calls == 2, "Ctrl-C, not the stall rule, stopped it: it had 25 s, not 120 s"
+
+
 def test_an_unwritable_cache_is_a_warning_and_the_plan_is_returned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

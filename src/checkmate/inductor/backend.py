@@ -252,10 +252,11 @@ def backend(
         **solve_options: options of the method, such as `time_limit=60`: the seconds for each region's search,
             a fraction's fallback to the smallest budget known to fit included. As for `checkmate.compile`,
             "optimal" and "approx" default to a time limit of DEFAULT_TIME_LIMIT and "optimal" stops once its plan
-            is proven within DEFAULT_GAP of its lower bound (`checkmate.search_defaults`; pass `mip_gap=1e-4` to
-            search on). Compiling and measuring show progress lines, and the search too, every 5 s
-            (`progress_interval`); `progress=False` silences them (`checkmate.progress_lines`). Ctrl-C during the
-            search ends it with the best plan so far; Ctrl-C again, or while compiling, raises KeyboardInterrupt.
+            is proven within DEFAULT_GAP of its lower bound, or once that gap has not closed for DEFAULT_STALL_TIME
+            seconds (`checkmate.search_defaults`; pass `mip_gap=1e-4, stall_time=None` to search on). Compiling
+            and measuring show progress lines, and the search too, every 5 s (`progress_interval`);
+            `progress=False` silences them (`checkmate.progress_lines`). Ctrl-C during the search ends it with the
+            best plan so far; Ctrl-C again, or while compiling, raises KeyboardInterrupt.
 
     Example:
         >>> model = torch.compile(model, backend=checkmate.backend(budget=0.5, time_limit=30))

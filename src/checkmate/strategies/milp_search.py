@@ -8,8 +8,9 @@ formulation's LP and the retention bound are tight on chains). The MIP is warm-s
 search is never worse than the baselines or `approx` given the same time.
 
 A time-limited solve never returns worse than that warm start. The search stops when a bound meets the plan within
-`mip_gap`, but the status is "optimal" only when the bound meets its cost (`checkmate.plan.proven_status`; the MIP's
-own bound counts only on an exactly scaled model); otherwise the plan's `gap` says how far it may be.
+`mip_gap`, or with `stall_time` once the gap has stopped closing (`checkmate.strategies.stall`), but the status is
+"optimal" only when the bound meets its cost (`checkmate.plan.proven_status`; the MIP's own bound counts only on an
+exactly scaled model); otherwise the plan's `gap` says how far it may be.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.lp_rounding import RoundingSettings, round_relaxation
 from checkmate.strategies.policy import POLICY, SearchPolicy
+from checkmate.strategies.stall import StallWatch
 from checkmate.strategies.starts import starting_plans
 from checkmate.strategies.warm_start import unproven_infeasibility
 
@@ -54,6 +56,7 @@ class MilpSettings:
     warm_start: bool = True
     memory_resolution: int = DEFAULT_RESOLUTION
     recompute_backward: bool = True
+    stall_time: float | None = None
 
 
 def solve_milp(
@@ -121,6 +124,7 @@ def solve_milp(
         if fallback is None:
             raise _nothing_found(graph, budget, None, control.time_limit, message_time, method)
         return final_plan(graph, budget, fallback, bound=first_bound, started=started, method=method)
+    stall = StallWatch(control, settings.stall_time)
     options = SolveOptions(
         time_limit=policy.solver_time_limit(control.remaining(), problem.num_variables),
         mip_gap=settings.mip_gap,
@@ -128,11 +132,15 @@ def solve_milp(
         verbose=settings.verbose,
         seed=settings.seed,
         on_progress=_reporter(control, phase, scale.exact),
-        should_stop=lambda: control.stopped,
+        should_stop=lambda: control.stopped or _within_gap(control, settings.mip_gap, policy) or stall.stalled(),
         interrupted=lambda: control.interrupted,
     )
     start = _start(graph, problem, index, fallback, policy) if settings.warm_start else None
     solution = milp_backend(settings.backend, problem.num_variables).solve(problem, options, start)
+    if stall.stalled():
+        log.info(
+            "%s: the gap did not close in %.0f s (stall_time): stopped with the best plan", phase, settings.stall_time
+        )
     if solution.status is SolveStatus.INFEASIBLE and scale.exact:
         raise infeasible_budget(graph, budget, method=method, time_limit=message_time)
     bounds = [b for b in (first_bound, solution.bound if scale.exact else None) if b is not None]
@@ -142,6 +150,13 @@ def solve_milp(
     final = final_plan(graph, budget, plan, bound=max(bounds, default=None), started=started, method=method)
     control.report(phase, cost=final.cost, bound=final.lower_bound)
     return final
+
+
+def _within_gap(control: SearchControl, gap: float, policy: SearchPolicy) -> bool:
+    """Whether the best plan is proven within `gap` of the best bound known: the solver's own, or one proven before
+    it (the starts' bounds, the LP), which the solver does not see and its own gap test ignores."""
+    best, bound = control.best_cost, control.bound
+    return best is not None and bound is not None and policy.meets(best, bound, gap)
 
 
 def _rounding_time(control: SearchControl, problem: MilpProblem, policy: SearchPolicy) -> float | None:

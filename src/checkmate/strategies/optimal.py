@@ -47,6 +47,7 @@ def optimal(
     backend: SolverChoice = "auto",
     time_limit: float | None = None,
     mip_gap: float = 1e-4,
+    stall_time: float | None = None,
     threads: int | None = None,
     verbose: bool = False,
     seed: int = 0,
@@ -72,6 +73,8 @@ def optimal(
         time_limit: seconds for the whole call; on expiry the best plan found (never worse than the warm start).
         mip_gap: relative gap to the lower bound at which the search stops (the plan's status is "optimal" only when
             the bound meets its cost; otherwise its `gap` says how close it is).
+        stall_time: stop the MILP with its best plan once its gap has not closed for this many seconds
+            (`checkmate.strategies.stall`); None: search until `mip_gap` or the time limit.
         threads, verbose, seed: passed to the solver.
         warm_start: hand the best baseline plan to the solver as its first incumbent (it is the fallback either way).
         memory_resolution: at most this many memory units for the largest node (see checkmate.milp.scaling).
@@ -97,7 +100,9 @@ def optimal(
         exact_nodes=policy.exact_nodes if exact_nodes is None else exact_nodes,
         coarse_nodes=policy.coarse_nodes if coarse_nodes is None else coarse_nodes,
     )
-    settings = MilpSettings(backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution)
+    settings = MilpSettings(
+        backend, mip_gap, threads, verbose, seed, warm_start, memory_resolution, stall_time=stall_time
+    )
     method = Method(
         name=METHOD,
         exact=partial(_milp, settings=settings, phase="MILP", extra_starts=tuple(extra_starts)),
