@@ -8,6 +8,7 @@ compiled step meters its own peak (`measure_memory="every"`), which must stay wi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -179,3 +180,18 @@ def test_a_shorter_sequence_runs_the_longer_ones_plan() -> None:
     step_both(step, reference, optimizers, tuple(tensor[:, :16].clone() for tensor in batch), "length 16")
     assert step.report().reused_from == "int64[4, 32], int64[4, 32]"
     assert np.array_equal(step.plan.R, first.R) and np.array_equal(step.plan.S, first.S)
+
+
+def test_a_capture_for_another_shape_keeps_the_recompute_costs_of_the_one_it_is_priced_by() -> None:
+    """`capture_as` prices a smaller batch by a planned capture's costs: its recomputations' too (a plan run at the
+    new shape is priced as it was planned)."""
+    model, loss_fn, batch = mlp(8)
+    like = checkmate.torch_capture.capture(model, loss_fn, batch, cost_model="flops")
+    halved = [dataclasses.replace(node, recompute_cost=node.cost / 2) for node in like.graph.nodes]
+    like = dataclasses.replace(like, graph=dataclasses.replace(like.graph, nodes=tuple(halved)))
+    trace = checkmate.torch_capture.trace_prepared(model, loss_fn, new_batch(4, seed=1))
+    captured = checkmate.torch_capture.capture_as(
+        like, trace, optimizer_state_bytes=0, gradient_memory="whole_step", device=torch.device("cpu")
+    )
+    assert np.array_equal(captured.graph.recompute_costs, like.graph.recompute_costs)
+    assert np.array_equal(captured.graph.costs, like.graph.costs)

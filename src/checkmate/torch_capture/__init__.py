@@ -127,7 +127,7 @@ def capture_as(
     anything: `like` is a capture of the same step for other batch shapes, and `trace` must have its structure
     (`checkmate.torch_capture.structure.structure_difference`). Sizes are the trace's own. Profiled kernel scratch
     is not measured at this shape: with `like` profiled, each node holds at least `like`'s workspace while it runs
-    (the bound for a trace whose sizes are no larger)."""
+    (the bound for a trace whose sizes are no larger). Recomputations cost what `like`'s do, as first runs do."""
     nodes = _planning_nodes(
         trace,
         [list(names) for names in like.members],
@@ -137,9 +137,19 @@ def capture_as(
         gradient_memory == "when_made",
         device,
     )
+    graph = _with_recompute_costs_of(nodes.graph, like.graph)
     if like.cost_model == "profile":
-        nodes = dataclasses.replace(nodes, graph=_with_workspace_of(nodes.graph, like.graph))
-    return _captured(trace, nodes, like.cost_model, device)
+        graph = _with_workspace_of(graph, like.graph)
+    return _captured(trace, dataclasses.replace(nodes, graph=graph), like.cost_model, device)
+
+
+def _with_recompute_costs_of(graph: Graph, like: Graph) -> Graph:
+    """`graph` whose nodes' recomputations cost what `like`'s do (as their first runs do)."""
+    nodes = [
+        dataclasses.replace(node, recompute_cost=priced.recompute_cost)
+        for node, priced in zip(graph.nodes, like.nodes, strict=True)
+    ]
+    return dataclasses.replace(graph, nodes=tuple(nodes))
 
 
 def _with_workspace_of(graph: Graph, like: Graph) -> Graph:
