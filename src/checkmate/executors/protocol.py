@@ -82,8 +82,8 @@ class Executor(Protocol):
         ...
 
     def capture_choices(self, channels_last: bool | None, model: nn.Module) -> tuple[CaptureChoice, ...]:
-        """The captures to plan, fastest first when nothing is recomputed (`checkmate.training.planning.plan_step`
-        plans the next one when the budget is below what one can reach, or when its plan recomputes)."""
+        """The captures to plan, the likely fastest first (`checkmate.training.planning.plan_step` prepares the next
+        one while none fits the budget without recomputation, and searches them cheapest first)."""
         ...
 
     def prepare(
