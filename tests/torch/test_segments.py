@@ -16,7 +16,7 @@ import checkmate
 import checkmate.inductor.segments
 from checkmate import zoo
 from checkmate.execute.codegen import SegmentCall
-from checkmate.inductor.segments import candidate_runs
+from checkmate.inductor.segments import candidate_runs, split_position
 from checkmate.simulate import Compute, Free
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
@@ -142,3 +142,15 @@ def test_a_run_known_not_to_fit_is_not_compiled_again(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(checkmate.inductor.segments, "compile_graph", no_compiling)
     assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps
+
+
+def test_a_split_keeps_each_recomputation_priced_as_fused_with_its_readers() -> None:
+    """Nodes 0-3 at stage 5; node 1 is read by node 3. The middle split (index 2) would leave node 1's recomputation,
+    priced to run inside its reader's kernel, in another call than node 3: the split moves to index 1."""
+    users = [(1,), (2, 3), (3,), (), (), ()]
+    run = [(0, 5), (1, 5), (2, 5), (3, 5)]
+    assert split_position(run, users, [False] * 6) == 2, "nothing priced as fused: the middle"
+    fused = [False, True, False, False, False, False]
+    assert split_position(run, users, fused) == 1
+    assert split_position([(0, 0), (1, 1), (2, 2), (3, 3)], users, fused) == 2, "a first run: the middle"
+    assert split_position([(1, 5), (3, 5)], users, fused) == 1, "every split separates it: the middle"

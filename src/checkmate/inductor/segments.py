@@ -20,6 +20,9 @@ solved with do not bound it. Each run's function is called once on zeros of the 
 (the values of freed nodes held only by the argument list, which the call empties), and the allocator's peak above
 the start of the call is read. A run is kept when what the plan holds as it starts plus that rise stays within the
 plan's peak; otherwise it is split in two and each half tried, down to single nodes, which run their own functions.
+A split falls at the computation nearest the middle that keeps each recomputation priced as fused
+(`Node.recompute_cost`: it was priced to run inside its reader's kernel) in the half of its readers
+(`split_position`); at the middle when no such computation exists.
 Each kept run's call is then timed (the median of `TIMED_CALLS` calls on the same zeros), for the step's predicted
 time as it runs (`checkmate.execute.predicted_time`). The rises and times are cached on disk beside the node
 measures, so a second compile of the same model measures nothing.
@@ -53,6 +56,28 @@ log = logging.getLogger(__name__)
 
 MAX_NODES = 96
 TIMED_CALLS = 3
+
+
+def split_position(
+    computes: Sequence[tuple[int, int]], users: Sequence[Sequence[int]], priced_as_fused: Sequence[bool]
+) -> int:
+    """Where a run of computations `computes` ((node, stage) each, in order) is split in two: the index, in 1 ..
+    len - 1, of the first computation of the second half, the one nearest the middle (the earlier on a tie) that
+    leaves no recomputation of a node `priced_as_fused` in another half than a reader of it in the run (`users`:
+    each node's readers); the middle when every index separates one."""
+    last_reader: list[int] = []
+    for index, (node, stage) in enumerate(computes):
+        readers = set(users[node])
+        fused = priced_as_fused[node] and stage != node
+        later = [after for after in range(index + 1, len(computes)) if computes[after][0] in readers]
+        last_reader.append(max(later) if fused and later else index)
+    middle = len(computes) // 2
+    keeping = [
+        split
+        for split in range(1, len(computes))
+        if not any(index < split <= last for index, last in enumerate(last_reader))
+    ]
+    return min(keeping, key=lambda split: (abs(split - middle), split)) if keeping else middle
 
 
 def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], max_nodes: int) -> list[range]:
@@ -213,6 +238,7 @@ class _Fuser:
         self.peak = lowering.peak
         self.fx_nodes = {node.name: node for node in captured.module.graph.nodes}
         self.leaving = leaving_values(captured)
+        self.priced_as_fused = [node.recompute_cost is not None for node in captured.graph.nodes]
         device_name = device_key(device, torch.get_num_threads())
         self.path = cache_directory() / f"inductor-runs-{device_name}.json"
         self.times_path = cache_directory() / f"inductor-run-times-{device_name}.json"
@@ -239,7 +265,9 @@ class _Fuser:
         call = self._call(run)
         if call is not None:
             return [(run.start, run.stop, call)]
-        middle = computes[len(computes) // 2]
+        steps = [self.schedule.steps[position] for position in computes]
+        pairs = [(step.node, step.stage) for step in steps if isinstance(step, Compute)]
+        middle = computes[split_position(pairs, self.captured.graph.users, self.priced_as_fused)]
         return self.fuse(range(run.start, middle)) + self.fuse(range(middle, run.stop))
 
     def _call(self, run: range) -> SegmentCall | None:
