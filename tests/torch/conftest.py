@@ -19,3 +19,11 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def no_timing_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No choice by measured time (`checkmate.inductor.choice.saves_enough`): every node Inductor compiles runs as
+    its function and every run of the schedule that fits the plan is fused, however a busy machine's timings fall,
+    for tests of what the functions and fused runs do."""
+    monkeypatch.setattr("checkmate.inductor.choice.MIN_SAVING", float("inf"))

@@ -88,13 +88,13 @@ def test_without_the_cache_nothing_is_read_or_written(cache_folder: Path, monkey
 
 def test_the_planning_time_limit_covers_compiling_and_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
     """Measuring is made to take 1 s longer: the solve gets what is left of the region's 3 s, not its own 30 s."""
-    real_measure = checkmate.inductor.backend.measure_kernels
+    real_measure = checkmate.inductor.backend.faster_kernels
 
     def slow_measure(*arguments: Any) -> Any:
         time.sleep(1.0)
         return real_measure(*arguments)
 
-    monkeypatch.setattr(checkmate.inductor.backend, "measure_kernels", slow_measure)
+    monkeypatch.setattr(checkmate.inductor.backend, "faster_kernels", slow_measure)
     solves = _recorded_solves(monkeypatch)
     planner = checkmate.backend(budget=0.9, time_limit=TIME_LIMIT, planning_time_limit=3.0)
     _train_once(planner)

@@ -28,7 +28,7 @@ from checkmate.simulate import Compute
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.fusion import is_extern
 
-pytestmark = pytest.mark.usefixtures("module_cache_directory")
+pytestmark = pytest.mark.usefixtures("module_cache_directory", "no_timing_choices")
 
 
 class Swish(nn.Module):

@@ -19,7 +19,7 @@ from checkmate.execute.codegen import SegmentCall
 from checkmate.inductor.segments import candidate_runs, split_position
 from checkmate.simulate import Compute, Free
 
-pytestmark = pytest.mark.usefixtures("module_cache_directory")
+pytestmark = pytest.mark.usefixtures("module_cache_directory", "no_timing_choices")
 
 
 def _every(step: Compute) -> bool:

@@ -6,10 +6,11 @@
     run_schedule(step.program, lower(step.captured.graph, plan.R, plan.S), inputs, on_gradient=...)
 
 Stages: `kernels` compiles each planning node into one Inductor function (recomputations stay separate calls);
-`measure` times them and reads the allocator around each call; `memory_traffic` times moving a value through
-memory; `pricing` puts those figures into the planning graph (a recomputation fused into its reader's kernel costs
-less than its first run); `program` makes the executor's program call the functions; `segments` compiles runs of a
-solved schedule as one function each (fusion across nodes), keeping those that measure within the plan's peak.
+`measure` times them and reads the allocator around each call; `choice` keeps a node's ATen ops where they are
+faster; `memory_traffic` times moving a value through memory; `pricing` puts those figures into the planning graph
+(a recomputation fused into its reader's kernel costs less than its first run); `program` makes the executor's
+program call the functions; `segments` compiles runs of a solved schedule as one function each (fusion across
+nodes), keeping those that measure within the plan's peak and faster than their steps one by one.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch
 
 from checkmate.captured import Captured
 from checkmate.execute.program import Program
+from checkmate.inductor.choice import faster_kernels
 from checkmate.inductor.kernels import NodeKernel, compile_kernels
-from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.memory_traffic import memory_traffic
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.program import inductor_program
@@ -50,8 +51,7 @@ def prepare_inductor(
     captured: Captured, inputs: Sequence[Any], *, device: torch.device, reprice_costs: bool
 ) -> InductorStep:
     """Compile and measure every node of `captured` (inputs: parameters, buffers, batch in placeholder order)."""
-    kernels = compile_kernels(captured)
-    measures = measure_kernels(captured, kernels, inputs, device)
+    kernels, measures = faster_kernels(captured, compile_kernels(captured), inputs, device)
     traffic = memory_traffic(device) if reprice_costs else None
     graph = priced_graph(captured, kernels, measures, traffic=traffic)
     priced = dataclasses.replace(captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model)

@@ -48,8 +48,8 @@ from checkmate import disk_cache, solving
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
+from checkmate.inductor.choice import faster_kernels
 from checkmate.inductor.kernels import compile_kernels, example_value
-from checkmate.inductor.measure import measure_kernels
 from checkmate.inductor.memory_traffic import memory_traffic
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
@@ -158,9 +158,8 @@ class CheckmateBackend:
         index = len(self.regions)
         log.info("region %d: %d planning nodes; compiling and measuring them", index, captured.graph.size)
         with unset_fake_temporarily(), torch._guards.tracing(None), torch.no_grad():
-            kernels = compile_kernels(captured)
             inputs = _real_inputs(captured, examples)
-            measures = measure_kernels(captured, kernels, inputs, device)
+            kernels, measures = faster_kernels(captured, compile_kernels(captured), inputs, device)
             reprice_costs = settings.cost_model == "profile"
             traffic = memory_traffic(device) if reprice_costs else None
         graph = priced_graph(captured, kernels, measures, traffic=traffic)

@@ -15,17 +15,18 @@ A run is a stretch of consecutive steps in which
 * every node freed that the run did not compute holds exactly one live copy, which then dies inside the call;
 * at most MAX_NODES nodes are computed.
 
-Memory is measured, not assumed: Inductor reorders and fuses inside a run, so the per-node figures the plan was
-solved with do not bound it. Each run's function is called once on zeros of the traced layouts, as the step calls it
-(the values of freed nodes held only by the argument list, which the call empties), and the allocator's peak above
-the start of the call is read. A run is kept when what the plan holds as it starts plus that rise stays within the
-plan's peak; otherwise it is split in two and each half tried, down to single nodes, which run their own functions.
-A split falls at the computation nearest the middle that keeps each recomputation priced as fused
-(`Node.recompute_cost`: it was priced to run inside its reader's kernel) in the half of its readers
-(`split_position`); at the middle when no such computation exists.
-Each kept run's call is then timed (the median of `TIMED_CALLS` calls on the same zeros), for the step's predicted
-time as it runs (`checkmate.execute.predicted_time`). The rises and times are cached on disk beside the node
-measures, so a second compile of the same model measures nothing.
+Memory is measured, not assumed: Inductor reorders and fuses inside a run, so the per-node figures the plan was solved
+with do not bound it. Each run's function is called once on zeros of the traced layouts, as the step calls it (the
+values of freed nodes held only by the argument list, which the call empties), and the allocator's peak above the start
+of the call is read. A run is kept when what the plan holds as it starts plus that rise stays within the plan's peak;
+otherwise it is split in two and each half tried, down to single nodes, which run their own functions. A split falls at
+the computation nearest the middle that keeps each recomputation priced as fused (`Node.recompute_cost`: it was priced
+to run inside its reader's kernel) in the half of its readers (`split_position`); at the middle when no such computation
+exists. Each kept run's call is then timed (the median of `TIMED_CALLS` calls on the same zeros), for the step's
+predicted time as it runs (`checkmate.execute.predicted_time`); where the plan is priced by measurement, a run whose
+call is clearly slower than its computations one by one (the sum of their measured costs) is not kept, and its steps run
+one by one. The rises and times are cached on disk beside the node measures, so a second compile of the same model
+measures nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from checkmate.captured import Captured
 from checkmate.execute.codegen import ScheduleItem, SegmentCall
 from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, with_steps
+from checkmate.inductor.choice import saves_enough
 from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Step
@@ -263,12 +265,31 @@ class _Fuser:
         if len(computes) < 2:
             return []
         call = self._call(run)
+        if call is not None and self._slower_than_alone(call):
+            return []
         if call is not None:
             return [(run.start, run.stop, call)]
         steps = [self.schedule.steps[position] for position in computes]
         pairs = [(step.node, step.stage) for step in steps if isinstance(step, Compute)]
         middle = computes[split_position(pairs, self.captured.graph.users, self.priced_as_fused)]
         return self.fuse(range(run.start, middle)) + self.fuse(range(middle, run.stop))
+
+    def _slower_than_alone(self, call: SegmentCall) -> bool:
+        """Whether `call` takes clearly longer than its computations as single calls (`choice.saves_enough`), where the
+        plan's costs are measured seconds (each computation at its node's cost: a recomputation alone is a call of its
+        own)."""
+        if self.captured.cost_model != "profile":
+            return False
+        alone = sum(self.captured.graph.nodes[step.node].cost for step in call.computes)
+        if not saves_enough(alone, call.seconds):
+            return False
+        log.info(
+            "%s: %.2f ms, slower than its steps one by one (%.2f ms): not fused",
+            call.label,
+            1e3 * call.seconds,
+            1e3 * alone,
+        )
+        return True
 
     def _call(self, run: range) -> SegmentCall | None:
         held = max(self.held.get(position, 0) for position in run)

@@ -1,0 +1,72 @@
+"""Each node runs the faster of its Inductor function and its own ATen ops, as measured.
+
+Inductor's code for one planning node is not always faster than ATen's kernels: on this project's CPU, the nodes of
+the full-size ConvNeXt of `benchmarks/peers.py` take 106 ms as Inductor functions and 68.5 ms as ATen ops (a depthwise
+convolution's backward 9.8 ms against 3.3 ms, a GELU 1.6 ms against 0.45 ms), and a plan priced by the slower pays
+for it at every step. Both are measured (`checkmate.inductor.measure`, each cached by its own
+key); a node whose ATen ops save more than MARGIN of its function's time, and more than MIN_SAVING seconds, runs as ATen
+ops, as a node Inductor could not compile does: priced by that measure (time, memory, workspace), and outside every
+fused run of the schedule (`checkmate.inductor.segments` fuses compiled nodes only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from checkmate.captured import Captured
+from checkmate.inductor.kernels import NodeKernel
+from checkmate.inductor.measure import KernelMeasure, measure_kernels
+
+log = logging.getLogger(__name__)
+
+# A node runs as ATen ops (and a run of the schedule unfused, `checkmate.inductor.segments`) only when that measures
+# faster by more than this fraction and these seconds: the two are measured in separate passes (medians of
+# `measure.REPEATS` calls), whose sub-millisecond figures move by tens of microseconds beside another process on this
+# machine, and a node that leaves Inductor also leaves the fused runs, whose savings are in neither measure.
+MARGIN = 0.1
+MIN_SAVING = 100e-6
+
+
+def faster_kernels(
+    captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[Any], device: torch.device
+) -> tuple[tuple[NodeKernel, ...], tuple[KernelMeasure, ...]]:
+    """Each node's kernel and measure: its Inductor function's, or its ATen ops' where those are faster."""
+    compiled = measure_kernels(captured, kernels, inputs, device)
+    aten = measure_kernels(captured, [_as_aten(kernel) for kernel in kernels], inputs, device)
+    chosen = [
+        (_as_aten(kernel), by_aten)
+        if kernel.compiled and saves_enough(by_aten.seconds, by_inductor.seconds)
+        else (kernel, by_inductor)
+        for kernel, by_inductor, by_aten in zip(kernels, compiled, aten, strict=True)
+    ]
+    switched = sum(1 for kernel, (made, _) in zip(kernels, chosen, strict=True) if made.compiled != kernel.compiled)
+    if switched:
+        seconds = sum(measure.seconds for _, measure in chosen)
+        log.info(
+            "Inductor: %d of %d nodes run as ATen ops, faster than their compiled functions (%.1f ms a step without "
+            "recomputation, %.1f ms with every function compiled)",
+            switched,
+            len(kernels),
+            1e3 * seconds,
+            1e3 * sum(measure.seconds for measure in compiled),
+        )
+    return tuple(kernel for kernel, _ in chosen), tuple(measure for _, measure in chosen)
+
+
+def saves_enough(faster: float, slower: float) -> bool:
+    """Whether a way that takes `faster` seconds saves enough over one that takes `slower` to choose it by
+    measurement: more than MARGIN of `slower`, and more than MIN_SAVING."""
+    saving = slower - faster
+    return saving > MARGIN * slower and saving > MIN_SAVING
+
+
+def _as_aten(kernel: NodeKernel) -> NodeKernel:
+    """The node's ATen ops (its `module`), measured and cached under a key of their own."""
+    if not kernel.compiled:
+        return kernel
+    return dataclasses.replace(kernel, key=f"{kernel.key}:aten", function=kernel.module, compiled=False)
