@@ -28,6 +28,7 @@ from checkmate.inductor.kernels import NodeKernel, compile_kernels
 from checkmate.inductor.measure import KernelMeasure, measure_kernels
 from checkmate.simulate import Compute
 from checkmate.torch_capture import capture
+from checkmate.torch_capture.fusion import fusible
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
@@ -66,25 +67,42 @@ def test_a_node_whose_aten_ops_are_faster_runs_as_them(monkeypatch: pytest.Monke
     model, batch = _model()
     captured = capture(model, _loss, batch, cost_model="flops", fused=True)
     kernels = compile_kernels(captured)
-    target = next(kernel.index for kernel in kernels if kernel.compiled)
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    library = [
+        kernel.index for kernel in kernels if kernel.compiled and not fusible(captured.members[kernel.index], fx_nodes)
+    ]
+    target = library[0]
     monkeypatch.setattr(checkmate.inductor.choice, "measure_kernels", _aten_measured_as({target: 0.0}, 1.0, 0.5))
     inputs = [*(parameter.detach() for parameter in model.parameters()), *batch]
     chosen, measures = faster_kernels(captured, kernels, inputs, torch.device("cpu"))
     assert not chosen[target].compiled and chosen[target].function is kernels[target].module
     others = [index for index, kernel in enumerate(kernels) if kernel.compiled and index != target]
-    assert others and all(chosen[index] is kernels[index] for index in others), "ATen ops slower: compiled"
+    assert others and all(chosen[index] is kernels[index] for index in others), "ATen ops slower, or fusible"
     assert measures[target].seconds == 0.0 and all(measures[index].seconds == 0.5 for index in others)
 
 
-def test_a_step_whose_aten_ops_are_all_faster_runs_them_with_eager_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_whose_library_nodes_are_faster_as_aten_ops_runs_them_with_eager_gradients(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every ATen measure is faster: each node with a library kernel (the Linear layers) runs as ATen ops, outside
+    every fused call, and the nodes Inductor fuses (GELU, Tanh, their gradients) stay compiled."""
     model, batch = _model()
     reference = copy.deepcopy(model)
     monkeypatch.setattr(checkmate.inductor.choice, "measure_kernels", _aten_measured_as({}, 0.0, compiled=1.0))
     step = checkmate.compile(model, _loss, batch, budget=0.7, executor="inductor", measure_memory="never")
     compiled = step._compiled[step._current]
-    assert not any(isinstance(item, SegmentCall) for item in compiled.program.run_steps(compiled.schedule))
+    captured = compiled.captured
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    library = {index for index, members in enumerate(captured.members) if not fusible(members, fx_nodes)}
+    assert library and len(library) < captured.graph.size
+    costs = captured.graph.costs
+    assert all(costs[index] == 0.0 for index in library) and all(
+        costs[index] == 1.0 for index in range(captured.graph.size) if index not in library
+    ), "each node priced by the way it runs"
+    calls = [item for item in compiled.program.run_steps(compiled.schedule) if isinstance(item, SegmentCall)]
+    assert not any(compute.node in library for call in calls for compute in call.computes)
     assert step.plan.recomputes
-    compare_steps(step, reference, batch, seed=3, context="every node as ATen ops", exact=False)
+    compare_steps(step, reference, batch, seed=3, context="library nodes as ATen ops", exact=False)
 
 
 @pytest.mark.parametrize("fused_seconds", [0.0, 1.0])

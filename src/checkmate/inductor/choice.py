@@ -1,12 +1,14 @@
-"""Each node runs the faster of its Inductor function and its own ATen ops, as measured.
+"""A node with a library kernel runs the faster of its Inductor function and its own ATen ops, as measured.
 
-Inductor's code for one planning node is not always faster than ATen's kernels: on this project's CPU, the nodes of
-the full-size ConvNeXt of `benchmarks/peers.py` take 106 ms as Inductor functions and 68.5 ms as ATen ops (a depthwise
-convolution's backward 9.8 ms against 3.3 ms, a GELU 1.6 ms against 0.45 ms), and a plan priced by the slower pays
-for it at every step. Both are measured (`checkmate.inductor.measure`, each cached by its own
-key); a node whose ATen ops save more than MARGIN of its function's time, and more than MIN_SAVING seconds, runs as ATen
-ops, as a node Inductor could not compile does: priced by that measure (time, memory, workspace), and outside every
-fused run of the schedule (`checkmate.inductor.segments` fuses compiled nodes only).
+Inductor's code for one planning node is not always faster than ATen's kernels (on a CPU, a depthwise convolution's
+backward or a matrix product can run slower compiled than as library calls: BENCHMARKS.md, "Time as Inductor runs it"),
+and a plan priced by the slower pays for it at every step. A node with a library kernel (a convolution, a matrix
+product, attention: `checkmate.torch_capture.fusion.fusible` is False) is measured both ways
+(`checkmate.inductor.measure`, each cached by its own key), and runs as its ATen ops where they save more than MARGIN of
+its function's time and more than MIN_SAVING seconds, as a node Inductor could not compile does: priced by that measure
+(time, memory, workspace), and outside every fused run of the schedule (`checkmate.inductor.segments` fuses compiled
+nodes only). A node Inductor fuses stays compiled: what it gains in a fused run with its neighbours is in neither
+measure.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from checkmate.captured import Captured
 from checkmate.inductor.kernels import NodeKernel
 from checkmate.inductor.measure import KernelMeasure, measure_kernels
+from checkmate.torch_capture.fusion import fusible
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +38,21 @@ MIN_SAVING = 100e-6
 def faster_kernels(
     captured: Captured, kernels: Sequence[NodeKernel], inputs: Sequence[Any], device: torch.device
 ) -> tuple[tuple[NodeKernel, ...], tuple[KernelMeasure, ...]]:
-    """Each node's kernel and measure: its Inductor function's, or its ATen ops' where those are faster."""
+    """Each node's kernel and measure: its Inductor function's, or, for a node with a library kernel, its ATen ops'
+    where those are faster."""
     compiled = measure_kernels(captured, kernels, inputs, device)
-    aten = measure_kernels(captured, [_as_aten(kernel) for kernel in kernels], inputs, device)
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    candidates = [
+        kernel.compiled and not fusible(members, fx_nodes)
+        for kernel, members in zip(kernels, captured.members, strict=True)
+    ]
+    alternatives = [_as_aten(kernel) if can else kernel for kernel, can in zip(kernels, candidates, strict=True)]
+    aten = measure_kernels(captured, alternatives, inputs, device)
     chosen = [
-        (_as_aten(kernel), by_aten)
-        if kernel.compiled and saves_enough(by_aten.seconds, by_inductor.seconds)
-        else (kernel, by_inductor)
-        for kernel, by_inductor, by_aten in zip(kernels, compiled, aten, strict=True)
+        (alternative, by_aten) if can and saves_enough(by_aten.seconds, by_inductor.seconds) else (kernel, by_inductor)
+        for kernel, alternative, can, by_inductor, by_aten in zip(
+            kernels, alternatives, candidates, compiled, aten, strict=True
+        )
     ]
     switched = sum(1 for kernel, (made, _) in zip(kernels, chosen, strict=True) if made.compiled != kernel.compiled)
     if switched:
