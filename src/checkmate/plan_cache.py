@@ -9,11 +9,10 @@ for another graph, or over this budget), is logged as a warning naming its file,
 A cache that cannot be written is logged, and the plan is returned uncached.
 
 The effort options (`time_limit`, `mip_gap`, `stall_time`) are not in the key: they say how hard to look, not which
-problem. An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a
-time limit ran out, or the search stalled) serves only calls that ask for no more effort than it had, and the log
-says it is not proven. A solve that Ctrl-C stopped is recorded with the seconds it searched, not the limit it was
-given. A call that asks for more time or a smaller gap solves again, and the
-cheaper of the two plans is kept.
+problem. An entry keeps the effort that made it. A plan proven optimal serves any later call; an unproven one (a time
+limit ran out, or the search stalled) serves only calls that ask for no more effort than it had, and the log says it is
+not proven. A solve that Ctrl-C stopped is recorded with the seconds it searched, not the limit it was given. A call
+that asks for more time or a smaller gap solves again, and the cheaper of the two plans is kept.
 """
 
 from __future__ import annotations
