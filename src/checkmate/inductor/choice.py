@@ -76,7 +76,5 @@ def saves_enough(faster: float, slower: float) -> bool:
 
 
 def _as_aten(kernel: NodeKernel) -> NodeKernel:
-    """The node's ATen ops (its `module`), measured and cached under a key of their own."""
-    if not kernel.compiled:
-        return kernel
+    """The compiled node's ATen ops (its `module`), measured and cached under a key of their own."""
     return dataclasses.replace(kernel, key=f"{kernel.key}:aten", function=kernel.module, compiled=False)

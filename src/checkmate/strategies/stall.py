@@ -33,7 +33,8 @@ class StallWatch:
 
     def stalled(self) -> bool:
         """True once `stall_time` seconds passed since the gap first had a plan, or since it last closed by
-        STALL_PROGRESS of itself; never before a plan is found."""
+        STALL_PROGRESS of itself; never before a plan and a bound are both known (an unbounded gap counts as
+        closing)."""
         best, bound = self.control.best_cost, self.control.bound
         if self.stall_time is None or best is None:
             return False

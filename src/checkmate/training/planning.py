@@ -121,8 +121,7 @@ def plan_step(
     started = time.perf_counter()
     with recording() as stage_times:
         with solving.planning_scope(settings.solve_options) as interrupted:
-            prepared = _prepare_captures(model, loss_fn, batch, settings, fixed_memory)
-            budget = resolve_budget(settings.budget, prepared[0].no_remat.peak_memory)
+            prepared, budget = _prepare_captures(model, loss_fn, batch, settings, fixed_memory)
             best = _search_captures(model, prepared, settings, budget, started, interrupted)
         if generate:
             generate_step_function(best, settings)
@@ -143,17 +142,19 @@ class _Prepared:
 
 def _prepare_captures(
     model: nn.Module, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings, fixed_memory: int
-) -> list[_Prepared]:
-    """The executor's captures in its order, until one fits the budget (resolved against the first) without
-    recomputation: a later one is prepared only where recomputation is needed, so a loose budget captures once."""
+) -> tuple[list[_Prepared], int]:
+    """The executor's captures in its order, until one fits the budget without recomputation (a later one is
+    prepared only where recomputation is needed, so a loose budget captures once), and the budget in bytes,
+    resolved against the first capture's peak without recomputation."""
     prepared: list[_Prepared] = []
+    budget = 0
     for choice in settings.executor.capture_choices(settings.channels_last, model):
         count_capture()
         prepared.append(_prepare_capture(model, loss_fn, batch, settings, choice, fixed_memory))
         budget = resolve_budget(settings.budget, prepared[0].no_remat.peak_memory)
         if prepared[-1].no_remat.peak_memory <= budget:
             break
-    return prepared
+    return prepared, budget
 
 
 def _search_captures(
@@ -187,12 +188,10 @@ def _search_captures(
         except InfeasibleBudget as refusal:
             log.info("%s: %s", each.choice.description, refusal)
             refusals.append(refusal)
-            if interrupted.is_set():
-                break
-            continue
-        log.info("%s: a plan of predicted cost %.6g", each.choice.description, planned.plan.cost)
-        if best is None or planned.plan.cost < best.plan.cost:
-            best = planned
+        else:
+            log.info("%s: a plan of predicted cost %.6g", each.choice.description, planned.plan.cost)
+            if best is None or planned.plan.cost < best.plan.cost:
+                best = planned
         if interrupted.is_set():
             break
     if best is None:
