@@ -36,6 +36,7 @@ import torch.fx
 from torch._inductor.compile_fx import compile_fx
 
 from checkmate.captured import Captured
+from checkmate.inductor.kernel_builds import batched_builds
 from checkmate.stage_times import Stage, timed
 
 log = logging.getLogger(__name__)
@@ -144,31 +145,23 @@ def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
 
 def _compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
-    started = last_report = time.perf_counter()
-    functions: dict[str, tuple[Callable[..., Any], bool]] = {}
-    kernels = []
+    started = time.perf_counter()
     graphs = node_graphs(captured)
+    wanted: dict[str, GraphToCompile] = {}
     for index, (module, inputs, outputs, key) in enumerate(graphs):
-        if key not in functions:
-            random = index in captured.random_nodes
-            made = None if random else compile_graph(key, module, inputs, outputs, fx_nodes, f"planning node {index}")
-            functions[key] = (module, False) if made is None else (made, True)
-        function, compiled = functions[key]
+        if key not in wanted and index not in captured.random_nodes:
+            wanted[key] = GraphToCompile(key, module, inputs, outputs, f"planning node {index}")
+    functions = dict(zip(wanted, compile_graphs(list(wanted.values()), fx_nodes), strict=True))
+    kernels = []
+    for index, (module, inputs, outputs, key) in enumerate(graphs):
+        made = None if index in captured.random_nodes else functions[key]
+        function, compiled = (module, False) if made is None else (made, True)
         kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
-        if time.perf_counter() - last_report > PROGRESS_INTERVAL:
-            last_report = time.perf_counter()
-            log.info(
-                "Inductor: %d of %d nodes compiled (%d distinct) in %.0f s",
-                index + 1,
-                len(graphs),
-                len(functions),
-                last_report - started,
-            )
     failed = sum(1 for kernel in kernels if not kernel.compiled and kernel.index not in captured.random_nodes)
     log.info(
         "Inductor: %d nodes as %d distinct functions in %.1f s (%d random nodes and %d others run as ATen ops)",
         len(kernels),
-        len(functions),
+        len(wanted),
         time.perf_counter() - started,
         len(captured.random_nodes),
         failed,
@@ -176,33 +169,65 @@ def _compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     return tuple(kernels)
 
 
-def compile_graph(
-    key: str,
-    module: torch.fx.GraphModule,
-    inputs: Sequence[str],
-    outputs: Sequence[str],
-    fx_nodes: dict[str, torch.fx.Node],
-    what: str,
-) -> Callable[..., Any] | None:
-    """Inductor's function for `module` (the `subgraph` of `what`, with that key), or None (logged) when Inductor
-    cannot compile it or its function returns a value laid out otherwise than traced (a view of a buffer whose layout
-    Inductor chose, such as a `cat`'s): the nodes that read it are compiled for the traced strides, so such a graph
-    runs as ATen ops. Compiled once per key and thread count in this process (Inductor's C++ kernels are built for
-    the thread count): a second capture of the same model (another budget, a replan) compiles nothing."""
-    memo = (key, torch.get_num_threads())
-    if memo in _COMPILED:
-        return _COMPILED[memo]
-    examples = [example_value(fx_nodes[name]) for name in inputs]
-    made: Callable[..., Any] | None = None
+@dataclass(frozen=True)
+class GraphToCompile:
+    """A `subgraph` to compile: its graph, the fx names of its inputs and outputs, its key, and what it is (for the
+    log)."""
+
+    key: str
+    module: torch.fx.GraphModule
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    what: str
+
+
+def compile_graphs(
+    graphs: Sequence[GraphToCompile], fx_nodes: dict[str, torch.fx.Node]
+) -> list[Callable[..., Any] | None]:
+    """Inductor's function for each graph, or None (logged) where Inductor cannot compile it or its function returns
+    a value laid out otherwise than traced (a view of a buffer whose layout Inductor chose, such as a `cat`'s): the
+    nodes that read it are compiled for the traced strides, so such a graph runs as ATen ops. Their C++ kernels are
+    built together (`checkmate.inductor.kernel_builds`), and each graph is compiled once per key and thread count in
+    this process (Inductor's C++ kernels are built for the thread count): a second capture of the same model (another
+    budget, a replan) compiles nothing it compiled before."""
+    threads = torch.get_num_threads()
+    fresh = {graph.key: graph for graph in graphs if (graph.key, threads) not in _COMPILED}
+    started, last_report = time.perf_counter(), time.perf_counter()
+    made: dict[str, Callable[..., Any] | None] = {}
+    with batched_builds():
+        for number, graph in enumerate(fresh.values()):
+            made[graph.key] = _inductor_function(graph, fx_nodes)
+            if time.perf_counter() - last_report > PROGRESS_INTERVAL:
+                last_report = time.perf_counter()
+                log.info("Inductor: %d of %d graphs compiled in %.0f s", number + 1, len(fresh), last_report - started)
+    for key, function in made.items():
+        _COMPILED[key, threads] = None if function is None else _checked(function, fresh[key], fx_nodes)
+    return [_COMPILED[graph.key, threads] for graph in graphs]
+
+
+def _inductor_function(graph: GraphToCompile, fx_nodes: dict[str, torch.fx.Node]) -> Callable[..., Any] | None:
+    """Inductor's function for `graph` (its kernels built as `batched_builds` does), or None (logged)."""
+    examples = [example_value(fx_nodes[name]) for name in graph.inputs]
     try:
         with torch.no_grad():
-            function: Callable[..., Any] = compile_fx(copy.deepcopy(module), examples)  # type: ignore[assignment]
-            returned = function(*examples)
-        made = function if _laid_out_as_traced(returned, outputs, fx_nodes, what) else None
+            return compile_fx(copy.deepcopy(graph.module), examples)  # type: ignore[return-value]
     except Exception as error:  # Inductor raises many types; the graph then runs as ATen ops, as before
-        log.warning("Inductor could not compile %s; it runs as ATen ops: %s", what, error)
-    _COMPILED[memo] = made
-    return made
+        log.warning("Inductor could not compile %s; it runs as ATen ops: %s", graph.what, error)
+        return None
+
+
+def _checked(
+    function: Callable[..., Any], graph: GraphToCompile, fx_nodes: dict[str, torch.fx.Node]
+) -> Callable[..., Any] | None:
+    """`function` where a trial call on zeros runs and returns every value laid out as traced, else None (logged)."""
+    examples = [example_value(fx_nodes[name]) for name in graph.inputs]
+    try:
+        with torch.no_grad():
+            returned = function(*examples)
+    except Exception as error:  # as above
+        log.warning("Inductor's function for %s failed on a trial call; it runs as ATen ops: %s", graph.what, error)
+        return None
+    return function if _laid_out_as_traced(returned, graph.outputs, fx_nodes, graph.what) else None
 
 
 def _laid_out_as_traced(

@@ -48,7 +48,15 @@ from checkmate.execute.codegen import ScheduleItem, SegmentCall
 from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.passes import Lowering, PassOrder, schedule_positions, with_steps
 from checkmate.inductor.choice import saves_enough
-from checkmate.inductor.kernels import NodeKernel, boxed_entry, compile_graph, example_value, leaving_values, subgraph
+from checkmate.inductor.kernels import (
+    GraphToCompile,
+    NodeKernel,
+    boxed_entry,
+    compile_graphs,
+    example_value,
+    leaving_values,
+    subgraph,
+)
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.simulate import Compute, Free, Step
 from checkmate.stage_times import Stage, timed
@@ -119,6 +127,21 @@ def candidate_runs(steps: Sequence[Step], compiled: Callable[[Compute], bool], m
 
 
 @dataclass(frozen=True)
+class _RunGraph:
+    """A run of the schedule as one graph to compile: what the plan holds as it starts (`before`), its computations,
+    the nodes it computes and frees, those it frees without computing them, the fx values that die in it, and the key
+    of its cached peak rise and time."""
+
+    graph: GraphToCompile
+    before: int
+    computes: tuple[Compute, ...]
+    freed: frozenset[int]
+    handed: frozenset[int]
+    dying: frozenset[str]
+    rise_key: str
+
+
+@dataclass(frozen=True)
 class FuseRuns:
     """The Inductor executor's schedule pass (`checkmate.execute.passes`, order FUSE): each run of the steps between
     the calls placed before it that fits the plan is replaced by one compiled call."""
@@ -157,16 +180,7 @@ def _fused_steps(
     if not runs:
         return lowering.steps
     fuser = _Fuser(captured, device, lowering)
-    started = time.perf_counter()
-    calls: dict[int, tuple[SegmentCall, int]] = {}
-    for number, run in enumerate(runs):
-        calls.update((start, (call, stop)) for start, stop, call in fuser.fuse(run))
-        log.info(
-            "Inductor: %d of %d runs of the schedule compiled and measured in %.0f s",
-            number + 1,
-            len(runs),
-            time.perf_counter() - started,
-        )
+    calls = {start: (call, stop) for start, stop, call in fuser.fuse(runs)}
     fuser.store()
     steps: list[ScheduleItem] = []
     stop = 0  # the schedule position the last call replaced steps up to
@@ -259,20 +273,47 @@ class _Fuser:
             transient = node.workspace if first or node.recompute_workspace is None else node.recompute_workspace
             self.before[position] = usage - node.memory - transient - (node.retained if first else 0)
 
-    def fuse(self, run: range) -> list[tuple[int, int, SegmentCall]]:
-        """(start, stop, call) for `run`: one call, or those of its halves (single nodes stay steps)."""
-        computes = [position for position in run if isinstance(self.schedule.steps[position], Compute)]
-        if len(computes) < 2:
-            return []
-        call = self._call(run)
-        if call is not None and self._slower_than_alone(call):
-            return []
-        if call is not None:
-            return [(run.start, run.stop, call)]
-        steps = [self.schedule.steps[position] for position in computes]
-        pairs = [(step.node, step.stage) for step in steps if isinstance(step, Compute)]
+    def fuse(self, runs: Sequence[range]) -> list[tuple[int, int, SegmentCall]]:
+        """(start, stop, call) for `runs`: one call each, or those of its halves (single nodes stay steps). The runs
+        are compiled a round at a time (the runs, then the halves of those that did not fit, ...), so that the
+        kernels of a round build together (`checkmate.inductor.kernel_builds`)."""
+        fused: list[tuple[int, int, SegmentCall]] = []
+        pending = [run for run in runs if len(self._computes(run)) >= 2]
+        started = time.perf_counter()
+        for round_number in itertools.count(1):
+            if not pending:
+                break
+            prepared = [(run, self._graph(run)) for run in pending]
+            graphs = [graph for _, graph in prepared if graph is not None]
+            functions = iter(compile_graphs([graph.graph for graph in graphs], self.fx_nodes) if graphs else [])
+            halves: list[range] = []
+            for run, graph in prepared:
+                call = None if graph is None else self._call(graph, next(functions))
+                if call is not None and not self._slower_than_alone(call):
+                    fused.append((run.start, run.stop, call))
+                elif call is None:
+                    halves.extend(half for half in self._halves(run) if len(self._computes(half)) >= 2)
+            log.info(
+                "Inductor: round %d, %d runs of the schedule compiled and measured (%.0f s so far)",
+                round_number,
+                len(pending),
+                time.perf_counter() - started,
+            )
+            pending = halves
+        return fused
+
+    def _computes(self, run: range) -> list[int]:
+        return [position for position in run if isinstance(self.schedule.steps[position], Compute)]
+
+    def _halves(self, run: range) -> tuple[range, range]:
+        computes = self._computes(run)
+        pairs = [
+            (step.node, step.stage)
+            for step in (self.schedule.steps[position] for position in computes)
+            if isinstance(step, Compute)
+        ]
         middle = computes[split_position(pairs, self.captured.graph.users, self.priced_as_fused)]
-        return self.fuse(range(run.start, middle)) + self.fuse(range(middle, run.stop))
+        return range(run.start, middle), range(middle, run.stop)
 
     def _slower_than_alone(self, call: SegmentCall) -> bool:
         """Whether `call` takes clearly longer than its computations as single calls (`choice.saves_enough`), where the
@@ -291,7 +332,9 @@ class _Fuser:
         )
         return True
 
-    def _call(self, run: range) -> SegmentCall | None:
+    def _graph(self, run: range) -> _RunGraph | None:
+        """The graph of `run` as one call, or None where it cannot fit the plan's peak: what the plan holds as it
+        starts is above it, or the call was measured above it before (then it is not compiled again)."""
         held = max(self.held.get(position, 0) for position in run)
         before = self.before[run.start] + held
         if before > self.peak:
@@ -312,24 +355,32 @@ class _Fuser:
         fx_members = [name for step in computes for name in self.captured.members[step.node]]
         module, inputs, outputs, key = subgraph(self.fx_nodes, fx_members, frozenset(returned))
         label = f"fused run of steps {run.start}-{run.stop - 1} (nodes {computes[0].node}-{computes[-1].node})"
-        dying = {name for index in handed for name in self.captured.exports[index]}
+        dying = frozenset(name for index in handed for name in self.captured.exports[index])
         digest = hashlib.sha1(f"{key}|{sorted(inputs.index(name) for name in dying if name in inputs)}".encode())
         rise_key = digest.hexdigest()
         if rise_key in self.rises and before + self.rises[rise_key] > self.peak:
             log.debug("%s: measured %s above the plan's peak before; split", label, self.rises[rise_key])
-            return None  # known not to fit: not compiled again
-        function = compile_graph(key, module, inputs, outputs, self.fx_nodes, label)
+            return None
+        graph = GraphToCompile(key, module, inputs, outputs, label)
+        return _RunGraph(graph, before, computes, freed, handed, dying, rise_key)
+
+    def _call(self, run: _RunGraph, function: Callable[..., Any] | None) -> SegmentCall | None:
+        """The run's call with Inductor's `function` for its graph, or None where it has none or its measured peak is
+        above the plan's."""
+        graph = run.graph
         entry = None if function is None else boxed_entry(function)
         if entry is None:
             return None
-        measured = self._measured(entry, inputs, dying, rise_key)
-        if measured is None or before + measured[0] > self.peak:
-            log.debug("%s: %s above the plan's peak; split", label, measured)
+        measured = self._measured(entry, graph.inputs, run.dying, run.rise_key)
+        if measured is None or run.before + measured[0] > self.peak:
+            log.debug("%s: %s above the plan's peak; split", graph.what, measured)
             return None
-        return SegmentCall(label, entry, computes, inputs, outputs, freed, handed, measured[1])
+        return SegmentCall(
+            graph.what, entry, run.computes, graph.inputs, graph.outputs, run.freed, run.handed, measured[1]
+        )
 
     def _measured(
-        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: set[str], cache_key: str
+        self, entry: Callable[[list[Any]], Any], inputs: Sequence[str], dying: frozenset[str], cache_key: str
     ) -> tuple[int, float] | None:
         """The allocator's peak above its level when the call starts, and the call's median time (None: the call
         kept its argument list), from the caches by `cache_key` (the run's graph and which of its arguments die in
