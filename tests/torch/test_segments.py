@@ -139,7 +139,8 @@ def test_a_run_known_not_to_fit_is_not_compiled_again(monkeypatch: pytest.Monkey
     assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps
 
     def no_compiling(graphs: list[GraphToCompile], fx_nodes: Any) -> None:
-        raise AssertionError(f"{[graph.what for graph in graphs]} compiled again, measured above the plan's peak before")
+        compiled = [graph.what for graph in graphs]
+        raise AssertionError(f"{compiled} compiled again, measured above the plan's peak before")
 
     monkeypatch.setattr(checkmate.inductor.segments, "compile_graphs", no_compiling)
     assert compiled.program.lowered(compiled.schedule) == compiled.schedule.steps

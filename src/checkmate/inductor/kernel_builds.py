@@ -30,10 +30,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch._inductor import codecache
 from torch._inductor.cpp_builder import CppBuilder
+
+from checkmate.files import write_file
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +208,7 @@ def _build_together(kernels: list[_Pending]) -> int:
     directory = os.path.dirname(kernels[0].binary_path)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         path = os.path.join(scratch, "kernels.cpp")
-        with open(path, "w") as file:
-            file.write(source)
+        write_file(path, source)
         builder = CppBuilder(name="kernels", sources=path, BuildOption=first._build_option, output_dir=scratch)
         try:
             builder.build()
@@ -226,10 +228,10 @@ def _place(library: str, target: str) -> None:
     staged = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.link(library, staged)
-    except OSError:
-        with open(library, "rb") as source, open(staged, "wb") as copy:
-            copy.write(source.read())
-    os.replace(staged, target)
+    except OSError:  # a file system without hard links
+        write_file(target, Path(library).read_bytes())
+    else:
+        os.replace(staged, target)
 
 
 def _unity_source(kernels: Sequence[_Pending]) -> str | None:

@@ -279,10 +279,9 @@ class _Fuser:
         kernels of a round build together (`checkmate.inductor.kernel_builds`)."""
         fused: list[tuple[int, int, SegmentCall]] = []
         pending = [run for run in runs if len(self._computes(run)) >= 2]
-        started = time.perf_counter()
-        for round_number in itertools.count(1):
-            if not pending:
-                break
+        started, round_number = time.perf_counter(), 0
+        while pending:
+            round_number += 1
             prepared = [(run, self._graph(run)) for run in pending]
             graphs = [graph for _, graph in prepared if graph is not None]
             functions = iter(compile_graphs([graph.graph for graph in graphs], self.fx_nodes) if graphs else [])
