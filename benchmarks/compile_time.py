@@ -3,6 +3,10 @@
     .venv/bin/python benchmarks/compile_time.py --out          # rows to benchmarks/results/compile_time.json
     .venv/bin/python benchmarks/compile_time.py --models gpt --repeats 2
     .venv/bin/python benchmarks/compile_time.py --from-json
+    .venv/bin/python benchmarks/compile_time.py --full --budget 0.85 --out benchmarks/results/compile_time_full.json
+
+`--full` measures the six models of `benchmarks/peers.py` at their full sizes instead of the small GPT and ResNet
+(at 0.85: the full-size VGG has no plan below 0.82 of its peak).
 
 Per model and compiler, each measure runs in a fresh process. The first run has a fresh `CHECKMATE_CACHE_DIR` and
 a fresh `TORCHINDUCTOR_CACHE_DIR` (nothing cached: no node measures, plans or fused-run measures, no Inductor
@@ -25,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,12 +37,14 @@ import checkmate
 from checkmate.stage_times import Stage
 from checkmate.zoo import gpt, resnet
 from checkmate.zoo.common import Factory
+from peers_tools import prepare_model, workloads
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
 MODELS = {
     "gpt": ("gpt(8, length=128, dim=128, heads=4, layers=4, vocab=512)", lambda: gpt(8, 128, 128, 4, 4, 512, 0.0)),
     "resnet": ("resnet(32, image_size=32, width=16, blocks=(2, 2, 2))", lambda: resnet(32, 32, 16, (2, 2, 2))),
 }
+FULL_SIZE = "full size, as benchmarks/peers.py builds it"
 COMPILERS = ("checkmate", "torch.compile")
 RUNS = ("first", "second")
 STAGE_COLUMNS = {stage: stage.name.lower() + "_s" for stage in Stage}
@@ -68,7 +75,7 @@ def _in_process(model: str, compiler: str, budget: float, caches: Path) -> Row:
 
 def child(model_name: str, compiler: str, budget: float) -> Row:
     """Measure one compile in this process (the parent gave it its cache directories)."""
-    description, factory = MODELS[model_name]
+    description, factory = _model(model_name)
     model, loss_fn, batch = factory()
     row: Row = {"model": model_name, "description": description, "compiler": compiler}
     if compiler == "torch.compile":
@@ -97,7 +104,15 @@ def child(model_name: str, compiler: str, budget: float) -> Row:
     }
 
 
-def _torch_compile(factory: Factory) -> Row:
+def _model(name: str) -> tuple[str, Factory]:
+    """The small model of that name, or the full-size workload of `benchmarks/peers.py` of that name."""
+    if name in MODELS:
+        return MODELS[name]
+    workload = next(workload for workload in workloads("full") if workload.name == name)
+    return FULL_SIZE, lambda: prepare_model(workload, torch.device("cpu"))
+
+
+def _torch_compile(factory: tuple[torch.nn.Module, Any, tuple[Any, ...]]) -> Row:
     model, loss_fn, batch = factory
     started = time.perf_counter()
     compiled = torch.compile(model)
@@ -107,7 +122,8 @@ def _torch_compile(factory: Factory) -> Row:
 
 def render(stored: Stored) -> str:
     stages = [stage.value for stage in Stage]
-    header = f"{'model':7} {'run':6} {'compiler':13} {'total':>6} {'x torch':>7}  " + " ".join(
+    width = max([7, *(len(row["model"]) for row in stored.rows)])
+    header = f"{'model':{width}} {'run':6} {'compiler':13} {'total':>6} {'x torch':>7}  " + " ".join(
         f"{name:>12}" for name in [*stages, "other", "1st step"]
     )
     lines = [header]
@@ -123,7 +139,9 @@ def render(stored: Stored) -> str:
         if row["compiler"] == "checkmate":
             figures = [row[column] for column in STAGE_COLUMNS.values()] + [row["other_s"], row["first_step_s"]]
             cells = " ".join(f"{figure:11.1f}s" for figure in figures) + f"  ({row['captures']} captures)"
-        lines.append(f"{row['model']:7} {row['run']:6} {row['compiler']:13} {row['total_s']:5.1f}s {ratio:>7}  {cells}")
+        lines.append(
+            f"{row['model']:{width}} {row['run']:6} {row['compiler']:13} {row['total_s']:5.1f}s {ratio:>7}  {cells}"
+        )
     environment = stored.environment
     lines.append(
         f"(rows of: {environment.get('command', '')}; started {environment.get('started', '?')}, "
@@ -138,11 +156,12 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="gpt,resnet", help=f"comma-separated of {', '.join(MODELS)}")
+    parser.add_argument("--full", action="store_true", help="the six full-size models of benchmarks/peers.py")
     parser.add_argument("--budget", type=float, default=0.6, help="fraction of the no-remat peak (default 0.6)")
     parser.add_argument("--repeats", type=int, default=1, help="first and second runs per model (default 1)")
     add_row_arguments(parser)
     arguments = parser.parse_args()
-    models = arguments.models.split(",")
+    models = [workload.name for workload in workloads("full")] if arguments.full else arguments.models.split(",")
     measure_or_load(arguments, "compile_time", lambda: measure(models, arguments.budget, arguments.repeats), render)
 
 
