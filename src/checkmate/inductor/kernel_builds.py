@@ -48,7 +48,7 @@ _EXTERN_C = re.compile(r'extern\s+"C"\s+(?!\{)')
 _INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"].*$", re.MULTILINE)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Pending:
     """One kernel Inductor asked for: its source, the path Inductor loads it from and its loader."""
 
