@@ -20,15 +20,16 @@ from torch import nn
 
 import checkmate
 import checkmate.inductor.choice
+import checkmate.inductor.kernels
 import checkmate.inductor.segments
 from checkmate.captured import Captured
 from checkmate.execute.codegen import SegmentCall
 from checkmate.inductor.choice import faster_kernels
-from checkmate.inductor.kernels import NodeKernel, compile_kernels
+from checkmate.inductor.kernels import GraphToCompile, NodeKernel, compile_kernels
 from checkmate.inductor.measure import KernelMeasure, measure_kernels
 from checkmate.simulate import Compute
 from checkmate.torch_capture import capture
-from checkmate.torch_capture.fusion import fusible
+from checkmate.torch_capture.fusion import convolution_call, fusible
 
 pytestmark = pytest.mark.usefixtures("module_cache_directory")
 
@@ -79,6 +80,42 @@ def test_a_node_whose_aten_ops_are_faster_runs_as_them(monkeypatch: pytest.Monke
     others = [index for index, kernel in enumerate(kernels) if kernel.compiled and index != target]
     assert others and all(chosen[index] is kernels[index] for index in others), "ATen ops slower, or fusible"
     assert measures[target].seconds == 0.0 and all(measures[index].seconds == 0.5 for index in others)
+
+
+def test_a_node_that_is_one_convolution_is_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes that are one convolution (forward or backward) are never given to Inductor and run as their ATen ops,
+    outside every fused run; every other node is compiled, and the step's gradients are eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.Flatten())
+    batch = (torch.randn(4, 3, 12, 12),)
+    captured = capture(model, _loss, batch, cost_model="flops", fused=True)
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    given: list[str] = []
+    compile_graphs = checkmate.inductor.kernels.compile_graphs
+
+    def recording(graphs: Sequence[GraphToCompile], nodes: dict[str, torch.fx.Node]) -> Any:
+        given.extend(graph.what for graph in graphs)
+        return compile_graphs(graphs, nodes)
+
+    monkeypatch.setattr(checkmate.inductor.kernels, "compile_graphs", recording)
+    kernels = compile_kernels(captured)
+    convolutions = {index for index, members in enumerate(captured.members) if convolution_call(members, fx_nodes)}
+    assert len(convolutions) == 4, "two convolutions, forward and backward"
+    assert all(
+        not kernels[index].compiled and kernels[index].function is kernels[index].module for index in convolutions
+    )
+    assert not {f"planning node {index}" for index in convolutions} & set(given)
+    assert all(kernel.compiled for kernel in kernels if kernel.index not in convolutions)
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(model, _loss, batch, budget=0.9, executor="inductor", measure_memory="never")
+    compiled = step._compiled[step._current]
+    fx_nodes = {node.name: node for node in compiled.captured.module.graph.nodes}
+    convolutions = {
+        index for index, members in enumerate(compiled.captured.members) if convolution_call(members, fx_nodes)
+    }
+    calls = [item for item in compiled.program.run_steps(compiled.schedule) if isinstance(item, SegmentCall)]
+    assert calls and not any(compute.node in convolutions for call in calls for compute in call.computes)
+    compare_steps(step, reference, batch, seed=3, context="convolutions as ATen ops", exact=False)
 
 
 def test_a_step_whose_library_nodes_are_faster_as_aten_ops_runs_them_with_eager_gradients(

@@ -2,18 +2,17 @@
 
 Inductor's code for one planning node is not always faster than ATen's kernels (on a CPU, a depthwise convolution's
 backward or a matrix product can run slower compiled than as library calls: BENCHMARKS.md, "Time as Inductor runs it"),
-and a plan priced by the slower pays for it at every step. A node with a library kernel (a convolution, a matrix
-product, attention: `checkmate.torch_capture.fusion.fusible` is False) is measured both ways
-(`checkmate.inductor.measure`, each cached by its own key), and runs as its ATen ops where they save more than MARGIN of
-its function's time and more than MIN_SAVING seconds, as a node Inductor could not compile does: priced by that measure
-(time, memory, workspace), and outside every fused run of the schedule (`checkmate.inductor.segments` fuses compiled
-nodes only). A node Inductor fuses stays compiled: what it gains in a fused run with its neighbours is in neither
-measure.
+and a plan priced by the slower pays for it at every step. A node that is one convolution is never compiled
+(`checkmate.inductor.kernels`); every other node with a library kernel (a matrix product, attention, a convolution with
+other ops: `checkmate.torch_capture.fusion.fusible` is False) is measured both ways (`checkmate.inductor.measure`, each
+cached by its own key), and runs as its ATen ops where they save more than MARGIN of its function's time and more than
+MIN_SAVING seconds, as a node Inductor could not compile does: priced by that measure (time, memory, workspace), and
+outside every fused run of the schedule (`checkmate.inductor.segments` fuses compiled nodes only). A node Inductor fuses
+stays compiled: what it gains in a fused run with its neighbours is in neither measure.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 
 from checkmate.captured import Captured
-from checkmate.inductor.kernels import NodeKernel
+from checkmate.inductor.kernels import NodeKernel, as_aten_ops
 from checkmate.inductor.measure import KernelMeasure, measure_kernels
 from checkmate.torch_capture.fusion import fusible
 
@@ -46,7 +45,7 @@ def faster_kernels(
         kernel.compiled and not fusible(members, fx_nodes)
         for kernel, members in zip(kernels, captured.members, strict=True)
     ]
-    alternatives = [_as_aten(kernel) if can else kernel for kernel, can in zip(kernels, candidates, strict=True)]
+    alternatives = [as_aten_ops(kernel) if can else kernel for kernel, can in zip(kernels, candidates, strict=True)]
     aten = measure_kernels(captured, alternatives, inputs, device)
     chosen = [
         (alternative, by_aten) if can and saves_enough(by_aten.seconds, by_inductor.seconds) else (kernel, by_inductor)
@@ -73,8 +72,3 @@ def saves_enough(faster: float, slower: float) -> bool:
     measurement: more than MARGIN of `slower`, and more than MIN_SAVING."""
     saving = slower - faster
     return saving > MARGIN * slower and saving > MIN_SAVING
-
-
-def _as_aten(kernel: NodeKernel) -> NodeKernel:
-    """The compiled node's ATen ops (its `module`), measured and cached under a key of their own."""
-    return dataclasses.replace(kernel, key=f"{kernel.key}:aten", function=kernel.module, compiled=False)

@@ -14,8 +14,18 @@ One compiled function per node is what keeps the plan's semantics:
 * Inductor's buffers inside a call are measured on the allocator (`checkmate.inductor.measure`) and planned as the
   node's workspace, neither counted twice nor missed.
 
-Nodes that draw random numbers, and nodes Inductor fails to compile (logged), run as their ATen ops: their dropout
-masks are eager's bit for bit, and the executor replays them when it recomputes the node.
+Some nodes run as their ATen ops instead:
+
+* nodes that draw random numbers: their dropout masks are eager's bit for bit, and the executor replays them when it
+  recomputes the node;
+* nodes that are one convolution (forward or backward, with views of its inputs and outputs,
+  `checkmate.torch_capture.fusion.convolution_call`): nothing in them fuses, and Inductor compiles them to the same
+  library call in a layout it picks (on CPU channels-last, with copies around it). Measured on the CPU, that is rarely
+  faster and sometimes much slower (on the full-size U-Net of `benchmarks/peers.py` its single convolutions took 30 ms
+  a step compiled against 25 ms as ATen ops, a depthwise convolution's backward in the ConvNeXt 2-3x as long), and each
+  took about 0.9 s to compile, two thirds of the U-Net's node compilation (BENCHMARKS.md, "Time as Inductor runs it").
+  They stay out of the fused runs of a schedule too (`checkmate.inductor.segments`), like every node run as ATen ops;
+* nodes Inductor fails to compile (logged).
 
 The graphs are built with canonical names (`input_0`, `op_0`, ...), so nodes that do the same thing on the same
 shapes (the layers of a transformer) have the same key and share one compiled function.
@@ -24,6 +34,7 @@ shapes (the layers of a transformer) have the same key and share one compiled fu
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import logging
 import time
@@ -38,6 +49,7 @@ from torch._inductor.compile_fx import compile_fx
 from checkmate.captured import Captured
 from checkmate.inductor.kernel_builds import batched_builds
 from checkmate.stage_times import Stage, timed
+from checkmate.torch_capture.fusion import convolution_call
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +71,8 @@ class NodeKernel:
         key: identifies the node's graph and input layouts; nodes with one key share one function.
         module: the node's ATen graph (canonical names), run as it is when `compiled` is False.
         function: the Inductor-compiled graph, or `module` itself.
-        compiled: whether Inductor compiled it.
+        compiled: whether Inductor compiled it (only such nodes join the fused runs of a schedule,
+            `checkmate.inductor.segments`).
     """
 
     index: int
@@ -69,6 +82,11 @@ class NodeKernel:
     module: torch.fx.GraphModule
     function: Callable[..., Any]
     compiled: bool
+
+
+def as_aten_ops(kernel: NodeKernel) -> NodeKernel:
+    """The node as its ATen ops (its `module`), measured and cached under a key of their own."""
+    return dataclasses.replace(kernel, key=f"{kernel.key}:aten", function=kernel.module, compiled=False)
 
 
 def node_graphs(captured: Captured) -> list[tuple[torch.fx.GraphModule, tuple[str, ...], tuple[str, ...], str]]:
@@ -138,7 +156,9 @@ def _describe(value: Any) -> str:
 
 
 def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
-    """Compile every planning node of `captured` (random nodes and failures stay ATen), one compile per key."""
+    """Compile every planning node of `captured` (random nodes, convolutions and failures stay ATen
+    ops), one compile
+    per key."""
     with timed(Stage.NODE_COMPILE):
         return _compile_kernels(captured)
 
@@ -147,22 +167,29 @@ def _compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
     fx_nodes = {node.name: node for node in captured.module.graph.nodes}
     started = time.perf_counter()
     graphs = node_graphs(captured)
+    convolutions = {index for index, members in enumerate(captured.members) if convolution_call(members, fx_nodes)}
     wanted: dict[str, GraphToCompile] = {}
     for index, (module, inputs, outputs, key) in enumerate(graphs):
-        if key not in wanted and index not in captured.random_nodes:
+        if key not in wanted and index not in captured.random_nodes and index not in convolutions:
             wanted[key] = GraphToCompile(key, module, inputs, outputs, f"planning node {index}")
     functions = dict(zip(wanted, compile_graphs(list(wanted.values()), fx_nodes), strict=True))
     kernels = []
     for index, (module, inputs, outputs, key) in enumerate(graphs):
-        made = None if index in captured.random_nodes else functions[key]
-        function, compiled = (module, False) if made is None else (made, True)
-        kernels.append(NodeKernel(index, inputs, outputs, key, module, function, compiled))
-    failed = sum(1 for kernel in kernels if not kernel.compiled and kernel.index not in captured.random_nodes)
+        made = functions.get(key)
+        if index in convolutions:
+            kernels.append(as_aten_ops(NodeKernel(index, inputs, outputs, key, module, module, compiled=False)))
+        elif made is None or index in captured.random_nodes:
+            kernels.append(NodeKernel(index, inputs, outputs, key, module, module, compiled=False))
+        else:
+            kernels.append(NodeKernel(index, inputs, outputs, key, module, made, compiled=True))
+    failed = len(kernels) - len(convolutions) - len(captured.random_nodes) - sum(kernel.compiled for kernel in kernels)
     log.info(
-        "Inductor: %d nodes as %d distinct functions in %.1f s (%d random nodes and %d others run as ATen ops)",
+        "Inductor: %d nodes as %d distinct functions in %.1f s (%d convolutions, %d random nodes and %d others run "
+        "as ATen ops)",
         len(kernels),
         len(wanted),
         time.perf_counter() - started,
+        len(convolutions),
         len(captured.random_nodes),
         failed,
     )

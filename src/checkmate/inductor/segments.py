@@ -7,10 +7,10 @@ whole forward or backward.
 
 A run is a stretch of consecutive steps in which
 
-* every node computed has a compiled function (not random, not run as ATen ops), is computed once, holds no live
-  copy when the run computes it, and was not freed earlier in the run: a recomputation and the value it recomputes
-  are never in one graph, so no common-subexpression elimination can merge them, and each Free in the run is either
-  of a node the run computed (its values stay inside the call) or of one it did not (they die inside it);
+* every node computed has a compiled function (not random, not a library call, not run as ATen ops), is computed once,
+  holds no live copy when the run computes it, and was not freed earlier in the run: a recomputation and the value it
+  recomputes are never in one graph, so no common-subexpression elimination can merge them, and each Free in the run is
+  either of a node the run computed (its values stay inside the call) or of one it did not (they die inside it);
 * no recomputation makes the loss or a buffer update (the executor swaps the first run's tensors in for those);
 * every node freed that the run did not compute holds exactly one live copy, which then dies inside the call;
 * at most MAX_NODES nodes are computed.

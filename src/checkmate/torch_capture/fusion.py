@@ -19,6 +19,7 @@ different sides of the loss stay apart (a forward value never moves into the bac
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -41,6 +42,27 @@ def is_extern(node: torch.fx.Node) -> bool:
 def fusible(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
     """A planning node Inductor can fuse with its neighbours: no library kernel, no random op."""
     return not any(is_extern(nodes[name]) or is_random(nodes[name]) for name in names)
+
+
+def convolution_call(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
+    """A planning node that is one convolution (forward or backward) and ops that allocate nothing (views, `getitem`
+    of its outputs): nothing in it can fuse, and Inductor compiles it to the same library call, in a layout it picks
+    (on CPU channels-last, with copies around the call)."""
+    computed = [nodes[name] for name in names if nodes[name].op == "call_function"]
+    return sum(map(_is_convolution, computed)) == 1 and all(
+        _is_convolution(node) or node.target is operator.getitem or _is_view(node) for node in computed
+    )
+
+
+def _is_convolution(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and "convolution" in target._schema.name
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """A view of its input, or an `_unsafe_view` (which reuses its input's storage where eager's `view` would)."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and (target.is_view or target._schema.name == "aten::_unsafe_view")
 
 
 def inlinable(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
