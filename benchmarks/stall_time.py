@@ -25,13 +25,13 @@ from checkmate.executors import executor_named
 from checkmate.search_defaults import DEFAULT_GAP, DEFAULT_STALL_TIME, DEFAULT_TIME_LIMIT
 from checkmate.torch_capture import capture
 from peers_tools import prepare_model, workloads
-from rows import Row, Stored, add_row_arguments, measure_or_load
+from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
 BUDGETS = (0.4, 0.6, 0.8)
-STALL_TIMES = (None, DEFAULT_STALL_TIME)
+STALL_TIMES = (DEFAULT_STALL_TIME,)
 
 
-def measure(models: list[str], budgets: tuple[float, ...]) -> Iterator[Row]:
+def measure(models: list[str], budgets: tuple[float, ...], stall_times: tuple[float, ...]) -> Iterator[Row]:
     options = executor_named("inductor").capture_options("profile", max_nodes=None, gradient_memory="when_made")
     for workload in workloads("full"):
         if workload.name not in models:
@@ -47,7 +47,7 @@ def measure(models: list[str], budgets: tuple[float, ...]) -> Iterator[Row]:
         ).graph
         peak = checkmate.solve(graph, None).peak_memory
         for fraction in budgets:
-            for stall_time in STALL_TIMES:
+            for stall_time in (None, *stall_times):
                 started = time.perf_counter()
                 row: Row = {"model": workload.name, "nodes": graph.size, "budget": fraction, "stall_time": stall_time}
                 try:
@@ -73,36 +73,41 @@ def measure(models: list[str], budgets: tuple[float, ...]) -> Iterator[Row]:
 
 
 def render(stored: Stored) -> str:
-    lines = [
-        "| model | nodes | budget | seconds, no stall rule | seconds, stall_time 20 s | gap left (no rule / rule) "
-        "| cost ratio (rule / no rule) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    stall_times = sorted({row["stall_time"] for row in stored.rows if row["stall_time"] is not None})
+    header = ["model", "nodes", "budget", "seconds, no stall rule"]
+    header += [f"seconds, stall_time {stall:g} s" for stall in stall_times]
+    header += ["gap left (no rule / " + " / ".join(f"{stall:g} s" for stall in stall_times) + ")"]
+    header += [f"cost ratio ({stall:g} s / no rule)" for stall in stall_times]
+    lines = []
     rows = {(row["model"], row["budget"], row["stall_time"]): row for row in stored.rows}
     for (model, budget, stall_time), row in rows.items():
         if stall_time is not None:
             continue
-        stalled = rows.get((model, budget, DEFAULT_STALL_TIME))
-        if stalled is None or not row["feasible"] or not stalled["feasible"]:
-            lines.append(f"| {model} | {row['nodes']} | {budget:.0%} | no plan | no plan | — | — |")
+        stalled = [rows.get((model, budget, stall)) for stall in stall_times]
+        if not row["feasible"] or any(each is None or not each["feasible"] for each in stalled):
+            lines.append([model, str(row["nodes"]), f"{budget:.0%}", "no plan", *["no plan"] * len(stall_times), "—"])
+            lines[-1] += ["—"] * len(stall_times)
             continue
-        gaps = " / ".join("—" if each["gap"] is None else f"{100 * each['gap']:.2f} %" for each in (row, stalled))
+        searched = [row, *(each for each in stalled if each is not None)]
+        gaps = " / ".join("—" if each["gap"] is None else f"{100 * each['gap']:.2f} %" for each in searched)
         lines.append(
-            f"| {model} | {row['nodes']} | {budget:.0%} | {row['seconds']:.1f} | {stalled['seconds']:.1f} | {gaps} "
-            f"| {stalled['cost'] / row['cost']:.4f} |"
+            [model, str(row["nodes"]), f"{budget:.0%}", *(f"{each['seconds']:.1f}" for each in searched), gaps]
+            + [f"{each['cost'] / row['cost']:.4f}" for each in searched[1:]]
         )
     environment = stored.environment
-    lines.append(f"\n(rows of: {environment.get('command', '')}; started {environment.get('started', '?')})")
-    return "\n".join(lines)
+    footer = f"\n\n(rows of: {environment.get('command', '')}; started {environment.get('started', '?')})"
+    return markdown_table(header, lines) + footer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=[workload.name for workload in workloads("full")])
     parser.add_argument("--budgets", nargs="+", type=float, default=list(BUDGETS))
+    parser.add_argument("--stall-times", nargs="+", type=float, default=list(STALL_TIMES))
     add_row_arguments(parser)
     arguments = parser.parse_args()
-    measure_or_load(arguments, "stall_time", lambda: measure(arguments.models, tuple(arguments.budgets)), render)
+    budgets, stall_times = tuple(arguments.budgets), tuple(arguments.stall_times)
+    measure_or_load(arguments, "stall_time", lambda: measure(arguments.models, budgets, stall_times), render)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/investigations/convolution_nodes.py [--out]
     .venv/bin/python benchmarks/investigations/convolution_nodes.py --from-json   # again from stored rows
 
-Per model, the fused capture's nodes that are one convolution (forward or backward, with views:
+Per model and layout (as traced, and with the batch in channels-last, as `checkmate.compile` first captures a CNN for
+`executor="inductor"`), the fused capture's nodes that are one convolution (forward or backward, with views:
 `checkmate.torch_capture.fusion.convolution_call`), each distinct one compiled by Inductor alone (a fresh Inductor
 cache, its kernels built together as `checkmate.inductor.kernels` builds them), then both ways measured by
 `checkmate.inductor.measure` (graph order, real tensors, medians): the seconds spent compiling, the step's time in
@@ -20,13 +21,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import checkmate
 from checkmate.inductor.kernels import GraphToCompile, NodeKernel, as_aten_ops, compile_graphs, node_graphs
 from checkmate.inductor.measure import measure_kernels
+from checkmate.torch_capture.channels_last import channels_last_step
 from checkmate.torch_capture.fusion import convolution_call
+from checkmate.torch_capture.trace import LossFunction
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from peers_tools import prepare_model, workloads
@@ -43,48 +47,58 @@ def measure() -> Iterator[Row]:
         if workload.name not in CNNS:
             continue
         model, loss_fn, batch = prepare_model(workload, torch.device("cpu"))
-        captured = checkmate.capture(model, loss_fn, batch, fused=True)
-        fx_nodes = {node.name: node for node in captured.module.graph.nodes}
-        graphs = node_graphs(captured)
-        convolutions = [index for index, members in enumerate(captured.members) if convolution_call(members, fx_nodes)]
-        wanted = {
-            graphs[index][3]: GraphToCompile(graphs[index][3], *graphs[index][:3], f"planning node {index}")
-            for index in convolutions
-        }
-        started = time.perf_counter()
-        functions = dict(zip(wanted, compile_graphs(list(wanted.values()), fx_nodes), strict=True))
-        compile_seconds = time.perf_counter() - started
-        compiled = [
-            NodeKernel(index, graphs[index][1], graphs[index][2], graphs[index][3], graphs[index][0], function, True)
-            for index in convolutions
-            if (function := functions[graphs[index][3]]) is not None
-        ]
-        parameters, buffers = dict(model.named_parameters()), dict(model.named_buffers())
-        inputs = [parameters[name] for name in captured.parameter_names]
-        inputs += [buffers[name] for name in captured.buffer_names] + list(batch)
-        by_inductor = measure_kernels(captured, compiled, inputs, torch.device("cpu"))
-        by_aten = measure_kernels(captured, [as_aten_ops(kernel) for kernel in compiled], inputs, torch.device("cpu"))
-        ratios = [inductor.seconds / aten.seconds for inductor, aten in zip(by_inductor, by_aten, strict=True)]
-        yield {
-            "model": workload.name,
-            "nodes": len(convolutions),
-            "distinct": len(wanted),
-            "compile_s": compile_seconds,
-            "inductor_ms": 1e3 * sum(measure.seconds for measure in by_inductor),
-            "aten_ms": 1e3 * sum(measure.seconds for measure in by_aten),
-            "fastest_ratio": min(ratios),
-            "slowest_ratio": max(ratios),
-        }
+        for layout, step in (("contiguous", loss_fn), ("channels-last", channels_last_step(loss_fn))):
+            yield {"model": workload.name, "layout": layout, **_measured(model, step, batch)}
+
+
+def _measured(model: torch.nn.Module, loss_fn: LossFunction, batch: tuple[Any, ...]) -> Row:
+    """Compile and measure the single-convolution nodes of a fused capture of `loss_fn`."""
+    captured = checkmate.capture(model, loss_fn, batch, fused=True)
+    fx_nodes = {node.name: node for node in captured.module.graph.nodes}
+    graphs = node_graphs(captured)
+    convolutions = [index for index, members in enumerate(captured.members) if convolution_call(members, fx_nodes)]
+    wanted = {
+        graphs[index][3]: GraphToCompile(graphs[index][3], *graphs[index][:3], f"planning node {index}")
+        for index in convolutions
+    }
+    started = time.perf_counter()
+    functions = dict(zip(wanted, compile_graphs(list(wanted.values()), fx_nodes), strict=True))
+    compile_seconds = time.perf_counter() - started
+    aten = [as_aten_ops(NodeKernel(index, inputs, outputs, key, module, module, False))
+            for index, (module, inputs, outputs, key) in enumerate(graphs)]  # fmt: skip
+    compiled = list(aten)
+    for index in convolutions:
+        module, inputs, outputs, key = graphs[index]
+        function = functions[key]
+        if function is not None:
+            compiled[index] = NodeKernel(index, inputs, outputs, key, module, function, True)
+    parameters, buffers = dict(model.named_parameters()), dict(model.named_buffers())
+    values: list[torch.Tensor] = [parameters[name] for name in captured.parameter_names]
+    values += [buffers[name] for name in captured.buffer_names] + list(batch)
+    by_inductor = measure_kernels(captured, compiled, values, torch.device("cpu"))
+    by_aten = measure_kernels(captured, aten, values, torch.device("cpu"))
+    measured = [index for index in convolutions if compiled[index].compiled]
+    ratios = [by_inductor[index].seconds / by_aten[index].seconds for index in measured]
+    return {
+        "nodes": len(convolutions),
+        "distinct": len(wanted),
+        "compile_s": compile_seconds,
+        "inductor_ms": 1e3 * sum(by_inductor[index].seconds for index in measured),
+        "aten_ms": 1e3 * sum(by_aten[index].seconds for index in measured),
+        "fastest_ratio": min(ratios),
+        "slowest_ratio": max(ratios),
+    }
 
 
 def render(stored: Stored) -> str:
     header = [
-        "model", "convolution nodes (distinct)", "Inductor compile s", "step ms in them: compiled", "as ATen ops",
-        "compiled / ATen, per node: best", "worst",
+        "model", "layout", "convolution nodes (distinct)", "Inductor compile s", "step ms in them: compiled",
+        "as ATen ops", "compiled / ATen, per node: best", "worst",
     ]  # fmt: skip
     lines = [
         [
             row["model"],
+            row["layout"],
             f"{row['nodes']} ({row['distinct']})",
             f"{row['compile_s']:.1f}",
             f"{row['inductor_ms']:.1f}",

@@ -20,11 +20,10 @@ Some nodes run as their ATen ops instead:
   recomputes the node;
 * nodes that are one convolution (forward or backward, with views of its inputs and outputs,
   `checkmate.torch_capture.fusion.convolution_call`): nothing in them fuses, and Inductor compiles them to the same
-  library call in a layout it picks (on CPU channels-last, with copies around it). Measured on the CPU, that is rarely
-  faster and sometimes much slower (on the full-size U-Net of `benchmarks/peers.py` its single convolutions took 30 ms
-  a step compiled against 25 ms as ATen ops, a depthwise convolution's backward in the ConvNeXt 2-3x as long), and each
-  took about 0.9 s to compile, two thirds of the U-Net's node compilation (BENCHMARKS.md, "Time as Inductor runs it").
-  They stay out of the fused runs of a schedule too (`checkmate.inductor.segments`), like every node run as ATen ops;
+  library call in a layout it picks (on CPU channels-last, with copies around it), measured on the full-size CNNs of
+  `benchmarks/peers.py` at about the same time as the ATen op in all, up to 3x slower on some nodes, and the costliest
+  nodes to compile (`benchmarks/investigations/convolution_nodes.py`). They stay out of the fused runs of a schedule
+  too (`checkmate.inductor.segments`), like every node run as ATen ops;
 * nodes Inductor fails to compile (logged).
 
 The graphs are built with canonical names (`input_0`, `op_0`, ...), so nodes that do the same thing on the same
@@ -156,8 +155,7 @@ def _describe(value: Any) -> str:
 
 
 def compile_kernels(captured: Captured) -> tuple[NodeKernel, ...]:
-    """Compile every planning node of `captured` (random nodes, convolutions and failures stay ATen
-    ops), one compile
+    """Compile every planning node of `captured` (random nodes, convolutions and failures stay ATen ops), one compile
     per key."""
     with timed(Stage.NODE_COMPILE):
         return _compile_kernels(captured)
