@@ -6,9 +6,9 @@
 The graphs `checkmate.compile(..., executor="inductor")` solves: the six models of `benchmarks/peers.py` at their
 full sizes, captured with the Inductor executor's options on FLOP costs (deterministic, so both searches see the same
 problem). At each budget (a fraction of the peak without recomputation), `optimal` with compile's other defaults
-(`time_limit` 120 s, `mip_gap` 0.01) searches once without the stall rule and once with `stall_time` 20 s (compile's
-default); each row gives the seconds and the plan's cost, and the table the cost ratio of the stalled search's
-plan to the unstalled one's.
+(`time_limit` 120 s, `mip_gap` 0.01) searches once without the stall rule and once with each of `--stall-times`
+(compile's default `stall_time` unless given); each row gives the seconds and the plan's cost, and the table the
+cost ratio of each stalled search's plan to the unstalled one's.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ TIMED_METHODS = ("optimal", "approx")
 # step with every default").
 DEFAULT_GAP = 0.01
 # `optimal` also stops once its gap has not closed for this many seconds (`checkmate.strategies.stall`): on real
-# captures the MILP often holds a gap of 1-2 % for the whole time limit without a better plan (BENCHMARKS.md,
-# "Compile time").
-DEFAULT_STALL_TIME = 20.0
+# captures the MILP often holds a gap of 1-5 % for the whole time limit without a better plan, and where it stalls
+# it has its plan within 10 s (BENCHMARKS.md, "Large graphs", what the stall rule costs).
+DEFAULT_STALL_TIME = 10.0
 
 
 def with_search_defaults(method: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,10 +20,11 @@ Some nodes run as their ATen ops instead:
   recomputes the node;
 * nodes that are one convolution (forward or backward, with views of its inputs and outputs,
   `checkmate.torch_capture.fusion.convolution_call`): nothing in them fuses, and Inductor compiles them to the same
-  library call in a layout it picks (on CPU channels-last, with copies around it), measured on the full-size CNNs of
-  `benchmarks/peers.py` at about the same time as the ATen op in all, up to 3x slower on some nodes, and the costliest
-  nodes to compile (`benchmarks/investigations/convolution_nodes.py`). They stay out of the fused runs of a schedule
-  too (`checkmate.inductor.segments`), like every node run as ATen ops;
+  library call, in a layout it picks (with copies around it where the trace's layout differs). Measured on the
+  full-size CNNs of `benchmarks/peers.py`, that runs no faster in all, and much slower for a depthwise convolution's
+  backward (`benchmarks/investigations/convolution_nodes.py`). They stay out of the fused runs of a schedule too
+  (`checkmate.inductor.segments`), like every node run as ATen ops: runs that then hold only what Inductor fuses
+  compile in a fraction of the time (BENCHMARKS.md, "Time as Inductor runs it");
 * nodes Inductor fails to compile (logged).
 
 The graphs are built with canonical names (`input_0`, `op_0`, ...), so nodes that do the same thing on the same
