@@ -47,7 +47,7 @@ def fusible(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
 def convolution_call(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
     """A planning node that is one convolution (forward or backward) and ops that allocate nothing (views, `getitem`
     of its outputs): nothing in it can fuse, and Inductor compiles it to the same library call, in a layout it picks
-    (on CPU channels-last, with copies around the call)."""
+    (with copies around the call where the trace's layout differs)."""
     computed = [nodes[name] for name in names if nodes[name].op == "call_function"]
     return sum(map(_is_convolution, computed)) == 1 and all(
         _is_convolution(node) or node.target is operator.getitem or _is_view(node) for node in computed
@@ -60,9 +60,7 @@ def _is_convolution(node: torch.fx.Node) -> bool:
 
 
 def _is_view(node: torch.fx.Node) -> bool:
-    """A view of its input, or an `_unsafe_view` (which reuses its input's storage where eager's `view` would)."""
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and (target.is_view or target._schema.name == "aten::_unsafe_view")
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
 
 
 def inlinable(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
