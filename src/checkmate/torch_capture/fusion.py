@@ -32,11 +32,17 @@ EXTERN_KERNELS = ("convolution", "mm", "addmm", "bmm", "baddbmm", "scaled_dot_pr
 
 def is_extern(node: torch.fx.Node) -> bool:
     """Whether Inductor runs this fx node as a library kernel, a fusion boundary."""
+    return any(_calls(node, kernel) for kernel in EXTERN_KERNELS)
+
+
+def _calls(node: torch.fx.Node, kernel: str) -> bool:
+    """Whether the fx node is an ATen op of the library kernel `kernel` (a stem of EXTERN_KERNELS): the kernel itself,
+    a variant (`convolution_backward`) or a backend's (`mkldnn_convolution`)."""
     target = node.target
     if not isinstance(target, torch._ops.OpOverload):
         return False
     stem = target._schema.name.removeprefix("aten::")
-    return any(stem == kernel or stem.startswith(kernel) or f"_{kernel}" in stem for kernel in EXTERN_KERNELS)
+    return stem == kernel or stem.startswith(kernel) or f"_{kernel}" in stem
 
 
 def fusible(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> bool:
@@ -49,14 +55,11 @@ def convolution_call(names: Sequence[str], nodes: dict[str, torch.fx.Node]) -> b
     of its outputs): nothing in it can fuse, and Inductor compiles it to the same library call, in a layout it picks
     (with copies around the call where the trace's layout differs)."""
     computed = [nodes[name] for name in names if nodes[name].op == "call_function"]
-    return sum(map(_is_convolution, computed)) == 1 and all(
-        _is_convolution(node) or node.target is operator.getitem or _is_view(node) for node in computed
+    convolutions = [_calls(node, "convolution") for node in computed]
+    return sum(convolutions) == 1 and all(
+        convolution or node.target is operator.getitem or _is_view(node)
+        for node, convolution in zip(computed, convolutions, strict=True)
     )
-
-
-def _is_convolution(node: torch.fx.Node) -> bool:
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and "convolution" in target._schema.name
 
 
 def _is_view(node: torch.fx.Node) -> bool:
