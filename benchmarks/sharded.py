@@ -14,10 +14,12 @@ runs one torch thread, and every configuration is a fresh FSDP2 copy of the same
   `fully_shard` on the wrapper; on every block and on every 2nd block (`--strides`);
 * SAC on every block (`checkpoint_wrapper` with a `create_selective_checkpoint_contexts` context) with the two
   policies of `benchmarks/peers_tools.py`: save matmuls and attention, and TorchTitan's every other matmul;
-* ours, `checkmate.compile(method="optimal")` with each peer's measured per-rank peak as the budget in bytes (peaks
-  within `--merge-within` share the smaller one), planned again with a lower budget, at most `--fit-iterations`
-  times, while the meter reads over that peak; and ours at budget 1.0 (`checkpoint_all`, no recomputation), with
-  each unit's all-gather prefetched (the default) and not (`checkmate.options.ShardedOptions`).
+* ours, `checkmate.compile(method="optimal", gradient_memory="when_made")` (every configuration is metered from
+  `.grad = None`) with each peer's measured per-rank peak as the budget in bytes (peaks within `--merge-within`
+  share the smaller one), planned again with a lower budget, at most `--fit-iterations` times, while the meter reads
+  over that peak; ours at each of `--fractions` of eager FSDP2's peak, likewise; and ours at budget 1.0
+  (`checkpoint_all`, no recomputation), with each unit's all-gather prefetched (the default) and not
+  (`checkmate.options.ShardedOptions`).
 
 One meter for all, on each rank: the bytes the rank holds at the start (its parameter shards, buffers and tokens;
 `.grad` is None) plus the CPU allocator's peak over a step above that (`allocator_peak`: profiler allocation events,
@@ -255,7 +257,7 @@ def compile_ours(
     try:
         step = checkmate.compile(
             model, loss_fn, batch, budget=budget, method=method, cost_model=args.cost_model, cache=False,
-            measure_memory="never", sharded=options, **solve_options,
+            measure_memory="never", sharded=options, gradient_memory="when_made", **solve_options,
         )  # fmt: skip
     except checkmate.CheckmateError as error:
         return Config("ours", name, model, lambda: None, note=_describe_failure(error))
@@ -336,6 +338,14 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         log.info("ours at %s MiB (%s)", _mib(level_bytes), ", ".join(config.name for config in configs))
         ours = fit_ours((base, loss_fn, batch), level_bytes, reference, args)
         matched |= {id(config): ours for config in configs}
+    eager_peak = peers[0].peak
+    assert eager_peak is not None
+    fractions = []
+    for fraction in args.fractions:
+        ours = fit_ours((base, loss_fn, batch), int(fraction * eager_peak), reference, args)
+        ours.name = f"ours at {fraction:.0%} of eager FSDP2's peak"
+        level_of[id(ours)] = int(fraction * eager_peak)
+        fractions.append(ours)
     full = compile_ours((base, loss_fn, batch), 1.0, args)
     # the same plan with each all-gather where it is waited for: what prefetching buys
     serial = compile_ours((base, loss_fn, batch), 1.0, args, ShardedOptions(prefetch_gathers=False))
@@ -344,12 +354,12 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         if not config.note:
             config.grad_diff = gradient_difference(config, reference)
             config.peak = per_rank_peak(config, batch, args.meter_calls)
-    ours_configs = list({id(config): config for config in [*matched.values(), full, serial]}.values())
+    ours_configs = list({id(config): config for config in [*matched.values(), *fractions, full, serial]}.values())
     everyone = peers + ours_configs
     log.info("timing %d configurations, %d rounds", len(everyone), args.repeats)
     medians = dict(zip(map(id, everyone), interleaved_medians(everyone, args.repeats), strict=True))
     rows = []
-    for config in [*peers, full, serial]:
+    for config in [*peers, *fractions, full, serial]:
         ours = matched.get(id(config), config)
         seconds = medians[id(config)]
         rows.append({
@@ -437,6 +447,9 @@ def main() -> None:
     parser.add_argument("--strides", type=int, nargs="+", default=[1, 2], help="checkpoint every k-th block")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
     parser.add_argument("--cost-model", default="profile", choices=choices(CostModel))
+    parser.add_argument(
+        "--fractions", type=float, nargs="*", default=[0.5], help="ours also at these fractions of eager FSDP2's peak"
+    )
     parser.add_argument("--fit-iterations", type=int, default=2, help="replans of ours when the meter reads over")
     parser.add_argument(
         "--merge-within", type=float, default=0.02, help="peer peaks this close share one budget of ours"

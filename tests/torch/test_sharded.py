@@ -154,7 +154,7 @@ def _full_budget() -> None:
     assert [unit.reshard_after_forward for unit in step.distribution.units] == [False, True, True]
     full = sum(parameter.numel() * 4 for parameter in TinyTransformer().parameters())
     single = checkmate.capture(TinyTransformer(), loss_fn, make_batch(0), cost_model="unit")
-    shards = shard_bytes_held(step.distribution.units)
+    shards = shard_bytes_held(step.distribution.units, "whole_step")
     assert shards <= 0.6 * 2 * full, "each rank holds about half of the parameters and gradients"
     assert step.graph.fixed_memory == single.graph.fixed_memory - 2 * full + shards, "the plan holds shards only"
     _train(step, reference, make_batch)
@@ -255,6 +255,43 @@ def _peaks_within_plan() -> None:
             assert from_empty < eager_peak, f"{context}: measured {from_empty}, eager FSDP2's peak {eager_peak}"
 
 
+def _gradients_made_by_the_step() -> None:
+    """With `gradient_memory="when_made"` the step starts from `.grad = None` (as after `optimizer.zero_grad()`) and
+    the plan counts each unit's gradient shards from the reduce-scatter that makes them: its planned peak at budget
+    1.0 is below the one of a plan that holds them through the step, the allocator's peak is at or below it, at 1.0
+    and at 60 %, and the loss and gradient shards equal eager FSDP2's over three Adam steps."""
+    torch.manual_seed(0)
+    base = TinyTransformer()
+    batch = make_long_batch(0)
+    held = checkmate.compile(
+        _sharded(copy.deepcopy(base)), loss_fn, batch, budget=1.0, method="checkpoint_all", **OPTIONS
+    ).report()
+    for budget, method in ((1.0, "checkpoint_all"), (0.6, "optimal")):
+        model, reference = _sharded(copy.deepcopy(base)), _sharded(copy.deepcopy(base))
+        options = {"time_limit": 5} if method == "optimal" else {}
+        step = checkmate.compile(
+            model, loss_fn, batch, budget=budget, method=method, gradient_memory="when_made", **OPTIONS, **options
+        )
+        planned = step.report().planned_peak
+        context = f"rank {dist.get_rank()}, when_made at {budget:.0%}"
+        if budget == 1.0:
+            assert planned < held.planned_peak, f"{context}: planned {planned}, holding the shards {held.planned_peak}"
+        else:
+            assert step.plan.R.sum() > step.graph.size, f"{context}: the plan must recompute"
+        optimizers = [torch.optim.Adam(each.parameters(), lr=0.01) for each in (model, reference)]
+        for number in range(3):
+            inputs = make_long_batch(number)
+            loss, expected = step(*inputs), loss_fn(reference, *inputs)
+            expected.backward()
+            assert torch.equal(loss, expected.detach()), f"{context}, step {number}: loss"
+            _assert_same_shards(model, reference, f"{context}, step {number}")
+            for optimizer in optimizers:
+                optimizer.step()
+                optimizer.zero_grad()
+        measured = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023 (called at once)
+        assert measured <= planned, f"{context}: measured {measured} from .grad = None, planned {planned}"
+
+
 def _blocks_only() -> nn.Module:
     model = TinyTransformer()
     for block in model.blocks:
@@ -331,7 +368,7 @@ def test_matches_eager_fsdp2_when_recomputing(tmp_path: Path) -> None:
 
 
 def test_peak_within_plan_and_below_eager_fsdp2(tmp_path: Path) -> None:
-    _spawn(tmp_path, _peaks_within_plan)
+    _spawn(tmp_path, _peaks_within_plan, _gradients_made_by_the_step)
 
 
 def test_refuses_and_fails_together(tmp_path: Path) -> None:

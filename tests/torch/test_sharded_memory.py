@@ -4,7 +4,8 @@ Unit 0 is the root (kept gathered after the forward), unit 1 a block (resharded 
 forward (they read units 0 and 1), node 2 reads unit 1 and makes its gradients (20 bytes), node 3 reads unit 0 and
 makes its gradients (10 bytes). The calls are placed as `place_unit_calls` places them:
 gather 0, C0, gather 1, C1, free 1, gather 1, C2, reduce 1, C3, reduce 0 (and with prefetching, each gather of
-unit 1 started early).
+unit 1 started early). Every moment up to the first reduce also holds the reduce-scatter input FSDP2 kept from the
+step before, the last reduce's (unit 0's, 10 bytes).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ USE = UnitUse(
 )
 
 
-def _sizes(collectives_copy: bool) -> UnitBytes:
+def _sizes(collectives_copy: bool, shards_made_at_reduce: bool = False) -> UnitBytes:
     return UnitBytes(
         parameters=(10, 20),
         gradients=(10, 20),
@@ -38,7 +39,15 @@ def _sizes(collectives_copy: bool) -> UnitBytes:
         made=({}, {}, {1: 20}, {0: 10}),
         fixed_memory=50,
         collectives_copy=collectives_copy,
+        shards_made_at_reduce=shards_made_at_reduce,
     )
+
+
+def test_gradient_shards_count_from_their_reduce_when_the_step_makes_them() -> None:
+    """With no `.grad`s at the start (`gradient_memory="when_made"`), each REDUCE makes its unit's gradient shards
+    (unit 1: 10), held from the moment after it to the end: C3 and reduce 0 hold 10 more than in the hand count."""
+    sizes = _sizes(collectives_copy=False, shards_made_at_reduce=True)
+    assert sharded_usage(SCHEDULE, USE, sizes) == (80, 120, 160, 240, 240, 260, 340, 390, 290, 315)
 
 
 @pytest.mark.parametrize(
@@ -47,12 +56,16 @@ def _sizes(collectives_copy: bool) -> UnitBytes:
         # gather 0: fixed 50 + its flat buffer and outputs 2 x 10; C0: 100 + unit 0; gather 1: 100 + 10 + 2 x 20; ...
         # reduce 1: 300 + both units' parameters 30 + unit 1's gradients 20 + its reduce-scatter input and output 30;
         # C3: 250 + unit 0 + the reduce-scatter input FSDP2 keeps 20; reduce 0: 250 + 10 + 10 + 20 + 10 + 5.
-        (False, False, (70, 110, 150, 230, 230, 250, 330, 380, 280, 305)),
-        # gloo's copies: 15 per unit-0 call, 30 per unit-1 call, during the call and for the three calls after it
-        (True, False, (85, 125, 195, 275, 275, 325, 390, 470, 340, 380)),
+        (False, False, (80, 120, 160, 240, 240, 260, 340, 390, 280, 305)),
+        # gloo's copies: 15 per unit-0 call, 30 per unit-1 call, during the call and in the moments after it until
+        # three more calls are made; at the start, those of the step before's last three (gather 1, reduce 1 and
+        # reduce 0: 75)
+        (True, False, (170, 180, 250, 300, 300, 335, 400, 480, 340, 380)),
+        # prefetching with gloo's copies: a prefetched gather's copies are its prefetch's (30), the gather's own none
+        (True, True, (170, 180, 200, 220, 285, 285, 300, 290, 370, 450, 340, 380)),
         # prefetching: gather 0, prefetch 1 (its flat buffer, 20), C0, gather 1 (the buffer and the outputs), C1,
         # free 1, prefetch 1 (after the free), gather 1, C2, reduce 1, C3, reduce 0
-        (False, True, (70, 80, 130, 150, 230, 230, 230, 250, 330, 380, 280, 305)),
+        (False, True, (80, 90, 140, 160, 240, 240, 240, 260, 340, 390, 280, 305)),
     ],
 )
 def test_usage_matches_the_hand_count(collectives_copy: bool, prefetch: bool, expected: tuple[int, ...]) -> None:
@@ -64,37 +77,38 @@ def test_usage_matches_the_hand_count(collectives_copy: bool, prefetch: bool, ex
 def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None:
     """Per stage, the largest moment (`StageMemory.peaks`) and the most the units hold beside the graph (`extras`):
     gather 1 belongs to stage 0, free 1 and the second gather 1 to stage 1, reduce 1 to stage 2, reduce 0 to stage
-    3. Stage 0's extras: gather 1 holds 10 + 40 beside C0's 100; stage 2's: reduce 1 holds 80 beside C2's 300."""
+    3. Stage 0's extras: gather 1 holds 10 + 40 + the kept reduce-scatter input 10 beside C0's 100; stage 2's:
+    reduce 1 holds 80 + 10 beside C2's 300."""
     sizes = _sizes(collectives_copy=False)
     stages = stage_memory(SCHEDULE, USE, sizes)
-    assert stages.peaks == (150, 250, 380, 305)
-    assert stages.extras == (50, 50, 80, 55)
+    assert stages.peaks == (160, 260, 390, 305)
+    assert stages.extras == (60, 60, 90, 55)
     assert stages.peak == sharded_peak(SCHEDULE, USE, sizes)
 
 
 # Two blocks, both freed after their forward by FSDP2: node 0 reads unit 0 and node 1 unit 1 (the forward), node 2
 # reads unit 1 and makes its gradients, node 3 reads unit 0 and makes its gradients. Freed after their forward, the
 # calls are gather 0, C0, free 0, gather 1, C1, free 1, gather 1, C2, reduce 1, gather 0, C3, reduce 0, and the
-# peak is 370 at reduce 1 (300 + unit 1's parameters 20 + its gradients 20 + the reduce-scatter's 30). Holding unit 1
-# (nothing runs between its forward and its backward) leaves the peak at 370; holding unit 0 too keeps its 10 bytes
-# through C1, C2 and reduce 1: 380.
+# peak is 380 at reduce 1 (300 + unit 1's parameters 20 + its gradients 20 + the reduce-scatter's 30 + the input kept
+# from the step before 10). Holding unit 1 (nothing runs between its forward and its backward) leaves the peak at 380;
+# holding unit 0 too keeps its 10 bytes through C1, C2 and reduce 1: 390.
 BLOCKS = dataclasses.replace(USE, reshard_after_forward=(True, True))
 
 
 @pytest.mark.parametrize(
     ("budget", "reshard_after_forward"),
-    [(369, (True, True)), (370, (True, False)), (379, (True, False)), (380, (False, False))],
+    [(379, (True, True)), (380, (True, False)), (389, (True, False)), (390, (False, False))],
 )
 def test_holds_the_units_that_fit_the_budget(budget: int, reshard_after_forward: tuple[bool, bool]) -> None:
     sizes = _sizes(collectives_copy=False)
-    assert sharded_usage(SCHEDULE, BLOCKS, sizes) == (70, 110, 110, 140, 220, 220, 240, 320, 370, 340, 280, 305)
+    assert sharded_usage(SCHEDULE, BLOCKS, sizes) == (80, 120, 120, 150, 230, 230, 250, 330, 380, 340, 280, 305)
     held = hold_gathered(SCHEDULE, BLOCKS, sizes, budget)
     assert held.reshard_after_forward == reshard_after_forward
-    assert sharded_peak(SCHEDULE, held, sizes) <= max(budget, 370)
+    assert sharded_peak(SCHEDULE, held, sizes) <= max(budget, 380)
 
 
 def test_a_held_unit_is_gathered_once() -> None:
     """Unit 1 held: gather 0, C0, free 0, gather 1, C1, C2, reduce 1, gather 0, C3, reduce 0."""
     sizes = _sizes(collectives_copy=False)
     held = dataclasses.replace(BLOCKS, reshard_after_forward=(True, False))
-    assert sharded_usage(SCHEDULE, held, sizes) == (70, 110, 110, 140, 220, 320, 370, 340, 280, 305)
+    assert sharded_usage(SCHEDULE, held, sizes) == (80, 120, 120, 150, 230, 330, 380, 340, 280, 305)

@@ -21,9 +21,11 @@
   sharded `.grad`s equal eager FSDP2's bit for bit (tests/torch/test_sharded.py).
 * Memory (`checkmate.sharded.memory`): the budget is this rank's peak. The plan's graph holds this rank's shards of
   the parameters and of their gradients (padded as FSDP2 pads them), the buffers and the batch in its fixed memory,
-  and its activations as in a single-process step. Around it the step holds each unit's gathered parameters from its
-  gather to its free, its unsharded gradients from the op that makes each to its reduce-scatter, FSDP2's
-  reduce-scatter buffers and, on gloo, the collectives' copies; `sharded_peak` counts them at the places the
+  and its activations as in a single-process step; with `gradient_memory="when_made"` (the step starts with no
+  `.grad`s, as after `optimizer.zero_grad()`), each unit's gradient shards are counted from its reduce-scatter, which
+  makes them, instead. Around it the step holds each unit's gathered parameters from its gather to its free, its
+  unsharded gradients from the op that makes each to its reduce-scatter, FSDP2's reduce-scatter buffers and, on
+  gloo, the collectives' copies; `sharded_peak` counts them at the places the
   schedule puts each unit's calls, and `checkmate.sharded.planning` solves the graph within the budget less what
   they hold (again lower when the sharded peak is still over). `step.report()` gives the sharded figures. On 2 gloo
   ranks the allocator's per-rank peak is at or below the planned one (tests/torch/test_sharded.py). Optimizer state
@@ -34,7 +36,7 @@ gather twice is held from its forward to its backward where the budget has room 
 Reduce-scatters run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after
 them as in eager FSDP2; on CPU synchronous, as in eager FSDP2. The units' calls are a schedule pass placed before the
 executor's (`UnitCalls`, `checkmate.execute.passes`): with the Inductor executor, fused runs lie between them. Not
-built yet: a hold bought with recomputation (priced in communication); `gradient_memory="when_made"`.
+built yet: a hold bought with recomputation (priced in communication).
 Refused with ShardedTrainingError: CPU offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters,
 all-gather extensions, several parameter groups per unit, a root that is not sharded, and uneven inputs (another
 batch shape on some rank). A new batch shape is planned again on every rank together: every rank must meet it in
@@ -60,7 +62,7 @@ from checkmate.errors import ShardedTrainingError
 from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
 from checkmate.execute.passes import Lowering, PassOrder, with_steps
-from checkmate.options import ShardedOptions
+from checkmate.options import GradientMemory, ShardedOptions
 from checkmate.sharded.captured_units import CapturedUnits, captured_units
 from checkmate.sharded.gradients import ShardedGradients
 from checkmate.sharded.holds import hold_gathered, kept_gathered
@@ -101,13 +103,9 @@ def compile_sharded(
 
     def check() -> None:
         check_supported(model)
-        if settings.capture.gradient_memory != "whole_step":
-            raise ShardedTrainingError(
-                "gradient_memory='when_made' is not supported for a sharded model yet: use 'whole_step' (the default)"
-            )
 
     on_every_rank(check, group, fsdp2.device(units[0].group), what="checking the sharded model")
-    distribution = Sharded(model, units, group, options)
+    distribution = Sharded(model, units, group, options, settings.capture.gradient_memory)
     compiled = distribution.plan(loss_fn, batch, settings)
     return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, distribution)
 
@@ -192,11 +190,19 @@ class Sharded:
     plans_alone = False  # every rank plans a new shape together, and runs rank 0's plan
     description = "the sharded step"
 
-    def __init__(self, model: nn.Module, units: tuple[Unit, ...], group: Any, options: ShardedOptions) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        units: tuple[Unit, ...],
+        group: Any,
+        options: ShardedOptions,
+        gradient_memory: GradientMemory,
+    ) -> None:
         self.model = model
         self.units = units
         self.group = group
         self.options = options
+        self.gradient_memory = gradient_memory
         self._gradients: ShardedGradients | None = None
         self._prefetched: dict[int, Any] = {}  # unit: FSDP2's UnshardHandle of an all-gather started early
 
@@ -208,7 +214,7 @@ class Sharded:
     def fixed_memory(self) -> int:
         """This rank's shards in place of the full parameters and gradients (`sharding_fixed_memory`; the full
         parameters exist once FSDP2 has gathered them, as planning does)."""
-        return sharding_fixed_memory(self.units)
+        return sharding_fixed_memory(self.units, self.gradient_memory)
 
     def plan(self, loss_fn: LossFunction, batch: Sequence[Any], settings: Settings) -> Compiled:
         """`batch`'s step planned on every rank (a collective call), with the units' calls placed."""
@@ -227,7 +233,12 @@ class Sharded:
 
     def _with_unit_calls(self, compiled: Compiled) -> Compiled:
         """`compiled` with the units' calls as a pass of its program."""
-        units_of_capture = captured_units(compiled.captured, self.units, prefetch_gathers=self.options.prefetch_gathers)
+        units_of_capture = captured_units(
+            compiled.captured,
+            self.units,
+            prefetch_gathers=self.options.prefetch_gathers,
+            gradient_memory=self.gradient_memory,
+        )
         no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
         no_remat_peak = sharded_peak(no_remat, units_of_capture.use, units_of_capture.sizes)
         budget = resolve_budget(compiled.plan.budget or 1.0, no_remat_peak)

@@ -18,6 +18,7 @@ from torch import nn
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.captured import Captured
 from checkmate.errors import ShardedTrainingError
+from checkmate.options import GradientMemory
 from checkmate.sharded.memory import UnitBytes
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import UnitUse
@@ -43,9 +44,12 @@ class CapturedUnits:
     sizes: UnitBytes
 
 
-def captured_units(captured: Captured, units: Sequence[Unit], *, prefetch_gathers: bool) -> CapturedUnits:
+def captured_units(
+    captured: Captured, units: Sequence[Unit], *, prefetch_gathers: bool, gradient_memory: GradientMemory
+) -> CapturedUnits:
     """Where `captured`'s parameters are among `units`; `prefetch_gathers` starts each unit's all-gather early,
-    as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`).
+    as FSDP2's implicit prefetching does (`checkmate.sharded.timeline`); `gradient_memory` says whether the step
+    starts with gradient shards ("whole_step") or makes them at each unit's reduce ("when_made").
 
     Raises:
         ShardedTrainingError: a captured parameter belongs to no unit (the root is not sharded).
@@ -67,11 +71,17 @@ def captured_units(captured: Captured, units: Sequence[Unit], *, prefetch_gather
         unit_use(captured, unit_of, tuple(unit.reshard_after_forward for unit in units)),
         prefetch_gathers=prefetch_gathers,
     )
-    return CapturedUnits(parameters, unit_of, use, _sizes(captured, units, unit_of, parameters))
+    sizes = _sizes(captured, units, unit_of, parameters, shards_made_at_reduce=gradient_memory == "when_made")
+    return CapturedUnits(parameters, unit_of, use, sizes)
 
 
 def _sizes(
-    captured: Captured, units: Sequence[Unit], unit_of: Sequence[int], parameters: Sequence[nn.Parameter]
+    captured: Captured,
+    units: Sequence[Unit],
+    unit_of: Sequence[int],
+    parameters: Sequence[nn.Parameter],
+    *,
+    shards_made_at_reduce: bool,
 ) -> UnitBytes:
     made: list[dict[int, int]] = [{} for _ in captured.members]
     for index, gradient in enumerate(captured.gradients):
@@ -86,4 +96,5 @@ def _sizes(
         made=tuple(made),
         fixed_memory=captured.graph.fixed_memory,
         collectives_copy=any(dist.get_backend(fsdp2.shard_process_group(unit.group)) == "gloo" for unit in units),
+        shards_made_at_reduce=shards_made_at_reduce,
     )

@@ -9,14 +9,18 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
   copied into: twice those bytes. A prefetched gather holds the flat buffer from its PREFETCH to its GATHER, where the
   per-parameter outputs are made and the flat buffer let go.
 * the unsharded gradients of every unit from the op that first makes each (`UnitBytes.made`, per graph node) to the
-  unit's REDUCE.
+  unit's REDUCE; when the step starts with no `.grad`s (`gradient_memory="when_made"`), the gradient shards each
+  REDUCE makes, from it to the end of the step (otherwise they are in the fixed memory).
 * while a unit reduces, its reduce-scatter input (the padded unsharded gradients, `UnitBytes.gradients`) and output
   (this rank's shard) beside its unsharded gradients; FSDP2 then keeps that input alive until the next unit reduces
-  (`comm_ctx.reduce_scatter_state`), so one such buffer is counted from each REDUCE to the next.
+  (`comm_ctx.reduce_scatter_state`), so one such buffer is counted from each REDUCE to the next, and the last one of
+  the step before from the start of the step to its first REDUCE.
 * with a process group whose collectives copy their buffers (gloo, on CPU: a flat copy of the full buffer and one of
-  this rank's shard per all-gather and per reduce-scatter), those copies during each unit call; gloo's worker thread
-  lets them go after the call returns, so the copies of the three latest calls are counted in the moments after them
-  too (without this the allocator's peak on gloo ranks can read above the plan).
+  this rank's shard per all-gather and per reduce-scatter), those copies during each unit call. gloo's worker threads
+  can let a collective's buffers go well after the call returns (when the ranks' compute keeps a thread off the CPU),
+  so the copies of the three latest calls are counted in the moments after them too, those of the step before's
+  last three at its start. This is a rule of thumb, not a bound: `benchmarks/investigations/gloo_copies.py` follows
+  every allocation of a step from its unit call to its free, and saw a buffer outlive its call by up to 18 calls.
 
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to
@@ -51,6 +55,8 @@ class UnitBytes:
         made: per graph node, {unit: bytes} of the unsharded gradients its first run makes.
         fixed_memory: the graph's fixed memory: what is held before the first compute step.
         collectives_copy: whether the process group's collectives copy their buffers (gloo).
+        shards_made_at_reduce: whether each REDUCE makes its unit's gradient shards, held from there on (the step
+            starts with no `.grad`s); otherwise the fixed memory holds them for the whole step.
     """
 
     parameters: tuple[int, ...]
@@ -60,6 +66,7 @@ class UnitBytes:
     made: tuple[dict[int, int], ...]
     fixed_memory: int
     collectives_copy: bool
+    shards_made_at_reduce: bool
 
 
 class Moment(NamedTuple):
@@ -116,8 +123,12 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     gathered = [False] * len(sizes.parameters)
     in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
-    reduce_buffer = 0
-    copies: deque[int] = deque([0, 0, 0], maxlen=3)
+    steps = place_unit_calls(schedule.steps, use)
+    reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
+    reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
+    calls = [step for step in steps if isinstance(step, UnitCall)]
+    copies = deque((_copies(call, sizes) for call in calls[-3:]), maxlen=3)  # the step before's last three
+    made_shards = 0
     before = sizes.fixed_memory
     stage = next((step.stage for step in schedule.steps if isinstance(step, Compute)), 0)
     computes = iter(schedule.usage)
@@ -125,9 +136,9 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     def held() -> int:
         live = [was or pending for was, pending in zip(gathered, in_flight, strict=True)]
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
-        return parameters + sum(unsharded) + reduce_buffer + sum(copies)
+        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(copies)
 
-    for step in place_unit_calls(schedule.steps, use):
+    for step in steps:
         if isinstance(step, Compute):
             before, stage = next(computes), step.stage
             yield Moment(stage, before, held(), True)  # the node's own gradients are in its workspace now
@@ -150,6 +161,8 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
                 gathered[step.unit] = False
                 unsharded[step.unit] = 0
                 reduce_buffer = sizes.gradients[step.unit]
+                if sizes.shards_made_at_reduce:
+                    made_shards += sizes.gradient_shards[step.unit]
 
 
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:

@@ -38,6 +38,8 @@ from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
+from checkmate.simulate import lower
+from checkmate.solve import solve
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
 from checkmate.training.ranks import on_every_rank
@@ -67,10 +69,11 @@ def plan_sharded(
     device = fsdp2.device(units[0].group)
     with gathered(units):
         plain = fsdp2.plain_copy(model)
-        held = shard_bytes_held(units)
-        change = sharding_fixed_memory(units)
+        gradient_memory = settings.capture.gradient_memory
+        held = shard_bytes_held(units, gradient_memory)
+        change = sharding_fixed_memory(units, gradient_memory)
         log.info(
-            "sharded over %d units: %s of parameter and gradient shards in the fixed memory instead of %s",
+            "sharded over %d units: %s of shards in the fixed memory instead of %s",
             len(units),
             format_bytes(held),
             format_bytes(held - change),
@@ -110,7 +113,11 @@ def _plan_within_budget(
         fixed_memory=fixed_memory,
         generate=False,  # planned again below; `checkmate.sharded` generates the plan's step with its units' calls
     )
-    units_of_capture = captured_units(no_remat.captured, units, prefetch_gathers=prefetch_gathers)
+    units_of_capture = captured_units(
+        no_remat.captured, units, prefetch_gathers=prefetch_gathers, gradient_memory=settings.capture.gradient_memory
+    )
+    if settings.capture.gradient_memory == "when_made":
+        no_remat = _gradients_until_reduce(no_remat, units_of_capture.sizes.made)
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
@@ -138,6 +145,36 @@ def _plan_within_budget(
         "recomputing plan moves the units' gathers): raise the budget or the time limit",
         budget=budget,
         minimum=None,
+    )
+
+
+def _gradients_until_reduce(no_remat: Compiled, made: Sequence[dict[int, int]]) -> Compiled:
+    """`no_remat` whose graph does not retain the gradients its nodes make (a capture with `gradient_memory=
+    "when_made"` holds each to the end of the step): a sharded step holds a unit's unsharded gradients only until
+    its REDUCE, which `checkmate.sharded.memory` counts from the moment after the node that makes each; at that node's
+    own moment they count in its workspace, as a capture for `.grad`s held through the step counts them."""
+    graph = no_remat.captured.graph
+    nodes = []
+    for node, unsharded in zip(graph.nodes, made, strict=True):
+        made_bytes = sum(unsharded.values())
+        nodes.append(
+            dataclasses.replace(
+                node,
+                retained=node.retained - made_bytes,
+                workspace=node.workspace + made_bytes,
+                recompute_workspace=node.workspace if node.recompute_workspace is None else node.recompute_workspace,
+            )
+            if made_bytes
+            else node
+        )
+    graph = dataclasses.replace(graph, nodes=tuple(nodes))
+    plan = solve(graph, None, method="checkpoint_all")
+    return dataclasses.replace(
+        no_remat,
+        captured=dataclasses.replace(no_remat.captured, graph=graph),
+        plan=plan,
+        no_remat=plan,
+        schedule=lower(graph, plan.R, plan.S),
     )
 
 

@@ -19,6 +19,7 @@ from torch.distributed.tensor import DTensor
 
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.errors import ShardedTrainingError
+from checkmate.options import GradientMemory
 
 log = logging.getLogger(__name__)
 
@@ -154,17 +155,22 @@ def _unit_problems(name: str, groups: Iterable[fsdp2.ParamGroup]) -> list[str]:
     return problems
 
 
-def shard_bytes_held(units: Iterable[Unit]) -> int:
-    """Bytes of parameter and gradient shards this rank holds through a step: the plan's fixed memory of them."""
-    return sum(unit.shard_bytes + unit.gradient_shard_bytes for unit in units)
+def shard_bytes_held(units: Iterable[Unit], gradient_memory: GradientMemory) -> int:
+    """Bytes of parameter shards, and of gradient shards unless the step makes them (`gradient_memory="when_made"`),
+    this rank holds through a step: the plan's fixed memory of them."""
+    gradients = gradient_memory == "whole_step"
+    return sum(unit.shard_bytes + (unit.gradient_shard_bytes if gradients else 0) for unit in units)
 
 
-def sharding_fixed_memory(units: Sequence[Unit]) -> int:
+def sharding_fixed_memory(units: Sequence[Unit], gradient_memory: GradientMemory) -> int:
     """What sharding changes in the fixed memory of a capture of the unsharded step, which counts the full parameters
-    and their gradients: this rank holds their shards instead (a negative number of bytes)."""
+    and, unless the step starts with no `.grad`s (`gradient_memory="when_made"`), their gradients: this rank holds
+    their shards instead (a negative number of bytes)."""
     parameters = [parameter for unit in units for parameter in unit.parameters]
-    full = full_bytes(parameters) + full_bytes(parameter for parameter in parameters if parameter.requires_grad)
-    return shard_bytes_held(units) - full
+    full = full_bytes(parameters)
+    if gradient_memory == "whole_step":
+        full += full_bytes(parameter for parameter in parameters if parameter.requires_grad)
+    return shard_bytes_held(units, gradient_memory) - full
 
 
 def full_bytes(tensors: Iterable[torch.Tensor]) -> int:
