@@ -4,9 +4,12 @@ tools users have today, at matched per-rank memory: 2 ranks, gloo, CPU (issue 21
     .venv/bin/python benchmarks/sharded.py --quick                # 2 layers, width 64, 64 tokens: a dry run
     .venv/bin/python benchmarks/sharded.py --out                  # rows to benchmarks/results/sharded.json
     .venv/bin/python benchmarks/sharded.py --from-json            # the table again from them
+    .venv/bin/python benchmarks/sharded.py --model prenorm --fractions 0.6 0.5 \
+        --out benchmarks/results/sharded_prenorm.json             # our own pre-norm transformer, 6 blocks
 
-The model is Hugging Face's `GPT2LMHeadModel` from a `GPT2Config` (random weights, dropout 0, tied output layer),
-with `fully_shard` on each block `transformer.h[i]` and on the root; each rank feeds it its own tokens. Each rank
+The model is Hugging Face's `GPT2LMHeadModel` from a `GPT2Config` (random weights, dropout 0, tied output layer), or
+with `--model prenorm` our own pre-norm transformer (`checkmate.zoo.gpt`, 6 blocks of width 128), with
+`fully_shard` on each block and on the root; each rank feeds it its own tokens. Each rank
 runs one torch thread, and every configuration is a fresh FSDP2 copy of the same model:
 
 * eager FSDP2, `loss_fn(model, *batch).backward()`;
@@ -62,6 +65,7 @@ from torch.distributed.tensor import DTensor
 
 import checkmate
 import timing
+from checkmate import zoo
 from checkmate.execute.memory import storage_bytes
 from checkmate.files import write_file
 from checkmate.options import CostModel, ShardedOptions, choices
@@ -113,13 +117,37 @@ def gpt2(size: dict[str, int]) -> Setup:
     return transformers.GPT2LMHeadModel(config).train(), causal_lm_loss, (tokens,)
 
 
+def prenorm_gpt(size: dict[str, int]) -> Setup:
+    """Our own pre-norm transformer (`checkmate.zoo.gpt`: LayerNorm before attention and the GELU MLP, tied output
+    projection) at `size`, dropout off; this rank's tokens."""
+    model, loss_fn, _ = zoo.gpt(
+        size["batch"], length=size["length"], dim=size["width"], heads=4, layers=size["layers"],
+        vocab=size["vocab"], dropout=0.0,
+    )  # fmt: skip
+    generator = torch.Generator().manual_seed(1 + dist.get_rank())
+    tokens = torch.randint(0, size["vocab"], (size["batch"], size["length"] + 1), generator=generator)
+    return model.train(), loss_fn, (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+
+
 Setup = tuple[nn.Module, Callable[..., torch.Tensor], tuple[torch.Tensor, ...]]  # the unsharded model, loss, batch
 Wrap = Callable[[int, nn.Module], nn.Module]
+MODELS: dict[str, tuple[str, Callable[[dict[str, int]], Setup], dict[str, dict[str, int]]]] = {
+    "gpt2": (MODEL, gpt2, SIZES),
+    "prenorm": (
+        "pre-norm GPT (ours, 6 blocks)",
+        prenorm_gpt,
+        {
+            "quick": {"layers": 6, "width": 64, "length": 64, "batch": 4, "vocab": 512},
+            "full": {"layers": 6, "width": 128, "length": 128, "batch": 4, "vocab": 1024},
+        },
+    ),
+}
 
 
 def blocks_of(model: nn.Module) -> nn.ModuleList:
-    """GPT-2's blocks, the units `fully_shard` wraps one by one."""
-    return cast(nn.ModuleList, model.get_submodule("transformer.h"))
+    """The model's blocks, the units `fully_shard` wraps one by one: GPT-2's `transformer.h`, our GPT's `blocks`."""
+    path = "transformer.h" if hasattr(model, "transformer") else "blocks"
+    return cast(nn.ModuleList, model.get_submodule(path))
 
 
 def sharded(base: nn.Module, wrap: Wrap | None = None) -> nn.Module:
@@ -328,7 +356,8 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
     if not args.verbose:
         logging.getLogger("checkmate").setLevel(logging.WARNING)
     dist.init_process_group("gloo", init_method=f"file://{directory}/rendezvous", rank=rank, world_size=WORLD_SIZE)
-    base, loss_fn, batch = gpt2(SIZES["quick" if args.quick else "full"])
+    name, setup, sizes = MODELS[args.model]
+    base, loss_fn, batch = setup(sizes["quick" if args.quick else "full"])
     peers = peer_configs(base, loss_fn, batch, args.strides)
     reference = check_and_meter(peers, batch, args.meter_calls)
     folded = levels(peers, args.merge_within)
@@ -363,7 +392,7 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
         ours = matched.get(id(config), config)
         seconds = medians[id(config)]
         rows.append({
-            "model": MODEL, "tool": config.tool, "config": config.name, "peak": config.peak,
+            "model": name, "tool": config.tool, "config": config.name, "peak": config.peak,
             "step_ms": None if seconds is None else seconds * 1e3, "grad_diff": config.grad_diff,
             "level": level_of.get(id(config)),
             **_ours_fields(ours, medians[id(ours)]),
@@ -443,6 +472,7 @@ def render(stored: Stored) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=list(MODELS), default="gpt2", help="the model (see the module doc)")
     parser.add_argument("--quick", action="store_true", help="2 layers, width 64, 64 tokens; 5 repeats, 5 s solves")
     parser.add_argument("--strides", type=int, nargs="+", default=[1, 2], help="checkpoint every k-th block")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimal solve")
