@@ -88,7 +88,7 @@ def _worker(rank: int, directory: str, steps: int) -> None:
     dist.init_process_group("gloo", init_method=f"file://{directory}/rendezvous", rank=rank, world_size=WORLD_SIZE)
     base, loss_fn, batch = gpt2(SIZES["full"])
     calls: list[UnitCall] = []
-    Sharded._act = _marked(calls)  # type: ignore[method-assign]  # before compile: the step binds it
+    Sharded._act = _marked(calls)  # before compile: the step binds it
     model = sharded(base)
     step = checkmate.compile(
         model, loss_fn, batch, budget=1.0, method="checkpoint_all", cache=False, measure_memory="never",
