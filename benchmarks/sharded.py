@@ -397,16 +397,27 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
             "level": level_of.get(id(config)),
             **_ours_fields(ours, medians[id(ours)]),
         })  # fmt: skip
-    if rank == 0:
-        write_file(Path(directory, "rows.json"), json.dumps(rows))
+    hand_rows(directory, rows if rank == 0 else [])
+
+
+def ranks_rows(worker: Callable[..., None], *args: Any) -> Iterator[Row]:
+    """Run `worker(rank, directory, *args)` on `WORLD_SIZE` spawned ranks and yield the rows each handed to
+    `hand_rows`, rank by rank."""
+    with tempfile.TemporaryDirectory() as directory:
+        mp.spawn(worker, args=(directory, *args), nprocs=WORLD_SIZE, join=True)
+        for rank in range(WORLD_SIZE):
+            yield from json.loads(Path(directory, f"rows_{rank}.json").read_text())
+
+
+def hand_rows(directory: str, rows: list[Row]) -> None:
+    """This rank's rows for `ranks_rows`; then the process group ends, once every rank has handed its own."""
+    write_file(Path(directory, f"rows_{dist.get_rank()}.json"), json.dumps(rows))
     dist.barrier()
     dist.destroy_process_group()
 
 
 def measure(args: argparse.Namespace) -> Iterator[Row]:
-    with tempfile.TemporaryDirectory() as directory:
-        mp.spawn(_worker, args=(directory, args), nprocs=WORLD_SIZE, join=True)
-        yield from json.loads(Path(directory, "rows.json").read_text())
+    return ranks_rows(_worker, args)
 
 
 def _grads(difference: float | None) -> str:

@@ -17,10 +17,8 @@ full buffer of an all-gather, made on a worker thread; a reduce-scatter's on the
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,17 +26,15 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import checkmate
-from checkmate.files import write_file
 from checkmate.sharded import Sharded
 from checkmate.sharded.timeline import UnitCall
 from checkmate.torch_capture.allocator import event_tree, memory_profile, walk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
-from sharded import SIZES, WORLD_SIZE, gpt2, sharded
+from sharded import SIZES, WORLD_SIZE, gpt2, hand_rows, ranks_rows, sharded
 
 MARKER = 1_000_003 * 8  # marker k (start) and k + 1 (end) of call n: MARKER + 16 n and MARKER + 16 n + 8 bytes
 SMALLEST = 64 * 1024
@@ -108,16 +104,11 @@ def _worker(rank: int, directory: str, steps: int) -> None:
          "outlived": sum(1 for each in later if each > 0), "most_later": max(later)}
         for (action, where, mib), later in sorted(found.items())
     ]  # fmt: skip
-    write_file(Path(directory, f"rows_{rank}.json"), json.dumps(rows))
-    dist.barrier()
-    dist.destroy_process_group()
+    hand_rows(directory, rows)
 
 
 def measure(steps: int) -> Iterator[Row]:
-    with tempfile.TemporaryDirectory() as directory:
-        mp.spawn(_worker, args=(directory, steps), nprocs=WORLD_SIZE, join=True)
-        for rank in range(WORLD_SIZE):
-            yield from json.loads(Path(directory, f"rows_{rank}.json").read_text())
+    return ranks_rows(_worker, steps)
 
 
 def render(stored: Stored) -> str:

@@ -17,11 +17,9 @@ in and out, a REDUCE divides and accumulates), which the difference shows.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -31,17 +29,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import checkmate
-from checkmate.files import write_file
 from checkmate.options import ShardedOptions
 from checkmate.sharded import Sharded
 from checkmate.sharded.timeline import GATHER, REDUCE, UnitCall
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
-from sharded import SIZES, WORLD_SIZE, _max_over_ranks, gpt2, sharded
+from sharded import SIZES, WORLD_SIZE, _max_over_ranks, gpt2, hand_rows, ranks_rows, sharded
 
 COLLECTIVES = ("all-gather", "reduce-scatter")
 
@@ -129,16 +125,11 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
             "shard_bytes": shard_bytes, "measured": _min_over_ranks(statistics.median(timings)),
             "predicted": latency + per_byte * shard_bytes,
         })  # fmt: skip
-    if rank == 0:
-        write_file(Path(directory, "rows.json"), json.dumps(rows))
-    dist.barrier()
-    dist.destroy_process_group()
+    hand_rows(directory, rows if rank == 0 else [])
 
 
 def measure(arguments: argparse.Namespace) -> Iterator[Row]:
-    with tempfile.TemporaryDirectory() as directory:
-        mp.spawn(_worker, args=(directory, arguments), nprocs=WORLD_SIZE, join=True)
-        yield from json.loads(Path(directory, "rows.json").read_text())
+    return ranks_rows(_worker, arguments)
 
 
 def render(stored: Stored) -> str:

@@ -21,25 +21,23 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import checkmate
-from checkmate.files import write_file
 from checkmate.options import ShardedOptions
+from checkmate.sharded import Sharded
+from checkmate.training.compiled import CompiledStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, measure_or_load
@@ -53,7 +51,9 @@ from sharded import (
     blocks_of,
     check_and_meter,
     gpt2,
+    hand_rows,
     interleaved_medians,
+    ranks_rows,
 )
 
 
@@ -131,25 +131,27 @@ def _worker(rank: int, directory: str, args: argparse.Namespace) -> None:
     gathered_bytes, gather = gather_seconds(setup[0], args.gathers)
     rows: list[Row] = [_row(config, time_) for config, time_ in zip(everyone, seconds, strict=True)]
     rows.append({"model": MODEL, "tool": "all-gather", "bytes": gathered_bytes, "step_ms": gather * 1e3})
-    if rank == 0:
-        write_file(Path(directory, "rows.json"), json.dumps(rows))
-    dist.barrier()
-    dist.destroy_process_group()
+    hand_rows(directory, rows if rank == 0 else [])
+
+
+def _held_names(step: CompiledStep) -> list[str]:
+    """The module names of the units `step` holds from their forward to their backward."""
+    distribution = step.distribution
+    assert isinstance(distribution, Sharded)
+    return [distribution.units[unit].name for unit in distribution.held_units(step.compiled)]
 
 
 def _row(config: Config, seconds: float | None) -> Row:
     return {
         "model": MODEL, "tool": config.tool, "layout": config.name, "peak": config.peak,
         "planned": None if config.step is None else config.step.report().planned_peak,
-        "holds": None if config.step is None else [config.step.units[unit].name for unit in config.step.held_units],
+        "holds": None if config.step is None else _held_names(config.step),
         "step_ms": None if seconds is None else seconds * 1e3, "grad_diff": config.grad_diff,
     }  # fmt: skip
 
 
 def measure(args: argparse.Namespace) -> Iterator[Row]:
-    with tempfile.TemporaryDirectory() as directory:
-        mp.spawn(_worker, args=(directory, args), nprocs=WORLD_SIZE, join=True)
-        yield from json.loads(Path(directory, "rows.json").read_text())
+    return ranks_rows(_worker, args)
 
 
 def render(stored: Stored) -> str:
