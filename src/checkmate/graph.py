@@ -6,6 +6,7 @@ topological order and node indices double as the frontier-advancing stage number
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from checkmate.errors import InvalidGraph
+from checkmate.fetched import FetchedValue
 
 
 @dataclass(frozen=True)
@@ -64,15 +66,19 @@ class Graph:
         stage_held: empty, or per stage t, bytes held outside the plan throughout stage t beside the fixed memory
             and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.StageMemory`).
             Counted in every moment of the stage, through `retained_through`.
+        fetched: values held elsewhere and fetched for the nodes that read them (an FSDP2 unit's parameters): a
+            plan decides in which stages each is present (`checkmate.fetched`).
     """
 
     nodes: tuple[Node, ...]
     fixed_memory: int = 0
     stage_held: tuple[int, ...] = ()
+    fetched: tuple[FetchedValue, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "stage_held", tuple(self.stage_held))
+        object.__setattr__(self, "fetched", tuple(self.fetched))
         _validate(self)
 
     @property
@@ -170,6 +176,8 @@ class Graph:
         }
         if self.stage_held:
             data["stage_held"] = list(self.stage_held)
+        if self.fetched:
+            data["fetched"] = [dataclasses.asdict(value) for value in self.fetched]
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -184,7 +192,13 @@ class Graph:
         _known_keys("the graph", data, _GRAPH_KEYS)
         nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
         stage_held = tuple(_whole_bytes(value) for value in data.get("stage_held", ()))
-        return cls(tuple(nodes), fixed_memory=_whole_bytes(data.get("fixed_memory", 0)), stage_held=stage_held)
+        fetched = tuple(_fetched_from_dict(index, entry) for index, entry in enumerate(data.get("fetched", ())))
+        return cls(
+            tuple(nodes),
+            fixed_memory=_whole_bytes(data.get("fixed_memory", 0)),
+            stage_held=stage_held,
+            fetched=fetched,
+        )
 
 
 def _node_to_dict(node: Node) -> dict[str, Any]:
@@ -208,7 +222,8 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
-_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held")
+_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched")
+_FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
 _NODE_KEYS = (
     "name",
     "cost",
@@ -261,6 +276,31 @@ def _node_from_dict(index: int, entry: Any) -> Node:
     )
 
 
+def _fetched_from_dict(index: int, entry: Any) -> FetchedValue:
+    if not isinstance(entry, dict):
+        raise InvalidGraph(f"fetched value {index} must be a JSON object, got {type(entry).__name__}")
+    _known_keys(f"fetched value {index}", entry, _FETCHED_KEYS)
+    missing = {"name", "memory", "readers", "fetch_cost", "last_use", "backward_start"} - entry.keys()
+    if missing:
+        raise InvalidGraph(f"fetched value {index} lacks the field(s) {sorted(missing)}")
+    return FetchedValue(**{**entry, "memory": _whole_bytes(entry["memory"]), "readers": tuple(entry["readers"])})
+
+
+def _validate_fetched(graph: Graph) -> None:
+    T = len(graph.nodes)
+    for index, value in enumerate(graph.fetched):
+        label = f"fetched value {index} ({value.name!r})"
+        if not _is_byte_count(value.memory):
+            raise InvalidGraph(f"{label}: memory must be an integer number of bytes >= 0, got {value.memory!r}")
+        cost = value.fetch_cost
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+            raise InvalidGraph(f"{label}: fetch_cost must be a finite number >= 0, got {cost!r}")
+        if not 0 <= value.last_use < T or not 0 <= value.backward_start <= T:
+            raise InvalidGraph(f"{label}: last_use must be a stage and backward_start a stage or {T}")
+        if not all(isinstance(reader, int) and 0 <= reader <= value.last_use for reader in value.readers):
+            raise InvalidGraph(f"{label}: readers must be nodes at or before its last use ({value.last_use})")
+
+
 def _validate(graph: Graph) -> None:
     if not _is_byte_count(graph.fixed_memory):
         raise InvalidGraph(f"fixed_memory must be an integer number of bytes >= 0, got {graph.fixed_memory!r}")
@@ -298,7 +338,8 @@ def _validate(graph: Graph) -> None:
                 )
             if source < 0:
                 raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")
-    total = graph.fixed_memory + max(graph.stage_held, default=0)
+    _validate_fetched(graph)
+    total = graph.fixed_memory + max(graph.stage_held, default=0) + sum(value.memory for value in graph.fetched)
     total += sum(node.memory + node.workspace + (node.recompute_workspace or 0) + node.retained for node in graph.nodes)
     if total > MAX_TOTAL_BYTES:
         raise InvalidGraph(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import numpy as np
@@ -54,6 +54,8 @@ class Plan:
         status: "optimal" only when a proven lower bound meets its cost; otherwise "feasible" (`describe_status`).
         lower_bound: a proven lower bound on the cost of any plan within the budget, when known.
         gap: relative gap (cost - lower_bound) / cost, when a lower bound is known.
+        presence: bool[T, F], the stages where each of the graph's fetched values is present (`checkmate.fetched`;
+            F = 0 for a graph without them).
     """
 
     R: np.ndarray
@@ -66,6 +68,7 @@ class Plan:
     status: PlanStatus = "feasible"
     lower_bound: float | None = None
     gap: float | None = None
+    presence: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
 
     def describe(self) -> str:
         """The status in words (`describe_status`)."""
@@ -90,6 +93,7 @@ class Plan:
                 "solve_time": self.solve_time,
                 "R": self.R.astype(int).tolist(),
                 "S": self.S.astype(int).tolist(),
+                **({"presence": self.presence.astype(int).tolist()} if self.presence.size else {}),
             }
         )
 
@@ -99,10 +103,12 @@ class Plan:
         data = json.loads(text)
         R = np.array(data["R"], dtype=bool).reshape(graph.size, graph.size)
         S = np.array(data["S"], dtype=bool).reshape(graph.size, graph.size)
+        presence = data.get("presence")
         return make_plan(
             graph,
             R,
             S,
+            presence=None if presence is None else np.array(presence, dtype=bool).reshape(graph.size, -1),
             method=data["method"],
             solve_time=data.get("solve_time", 0.0),
             budget=data.get("budget"),
@@ -133,9 +139,11 @@ def make_plan(
     budget: int | None = None,
     status: PlanStatus = "feasible",
     lower_bound: float | None = None,
+    presence: np.ndarray | None = None,
 ) -> Plan:
-    """Simulate (R, S) on `graph` and wrap it as a Plan. Every strategy builds its plans through here."""
-    schedule = lower(graph, R, S)
+    """Simulate (R, S) and the fetched values' `presence` (None: FSDP2's rule, `checkmate.fetched`) on `graph`
+    and wrap it as a Plan. Every strategy builds its plans through here."""
+    schedule = lower(graph, R, S, presence)
     gap = None
     if lower_bound is not None:
         gap = max(0.0, (schedule.cost - lower_bound) / schedule.cost) if schedule.cost > 0 else 0.0
@@ -150,6 +158,7 @@ def make_plan(
         status=status,
         lower_bound=lower_bound,
         gap=gap,
+        presence=schedule.presence,
     )
 
 

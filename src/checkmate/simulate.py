@@ -15,11 +15,12 @@ from the node's own stage on, the moment it first runs included).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from checkmate.errors import InvalidSchedule
+from checkmate.fetched import check_presence, default_presence, fetch_cost, present_bytes
 from checkmate.graph import Graph
 
 
@@ -48,16 +49,18 @@ class Schedule:
 
     Attributes:
         steps: the compute and free steps in order.
-        cost: total compute cost.
+        cost: total compute cost, and the time of the fetches of the graph's fetched values.
         peak_memory: the largest of `usage`.
-        usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory
-            and the computed node's workspace (recompute workspace in a later stage).
+        usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory,
+            the computed node's workspace (recompute workspace in a later stage) and the fetched values present.
+        presence: bool[T, F], the stages where each of the graph's fetched values is present (F = 0: none).
     """
 
     steps: tuple[Step, ...]
     cost: float
     peak_memory: int
     usage: tuple[int, ...] = ()
+    presence: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
 
 
 def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
@@ -106,11 +109,15 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
             )
 
 
-def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
-    """Check (R, S) and turn it into the explicit compute/free steps, with the simulated cost and peak."""
+def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | None = None) -> Schedule:
+    """Check (R, S) and the fetched values' `presence` (None: FSDP2's rule) and turn them into the explicit
+    compute/free steps, with the simulated cost and peak."""
     check_plan(graph, R, S)
     R = R.astype(bool)
     S = S.astype(bool)
+    presence = default_presence(graph.fetched, R) if presence is None else presence.astype(bool)
+    check_presence(graph.fetched, R, presence)
+    fetched_bytes = present_bytes(graph.fetched, presence)
     T = graph.size
     memory = graph.memory
     workspace, recompute_workspace = graph.workspace, graph.recompute_workspace
@@ -128,7 +135,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
-            outside = held_before[t] + retained[t] if k == t else held_before[t]
+            outside = (held_before[t] + retained[t] if k == t else held_before[t]) + fetched_bytes[t]
             transient = workspace[k] if k == t else recompute_workspace[k]
             usage.append(current + int(outside) + int(transient))
             for i in preds[k]:
@@ -141,7 +148,8 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray) -> Schedule:
             steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
         live -= drops
         current -= int(memory @ drops)
-    return Schedule(tuple(steps), plan_cost(graph, R), max(usage), tuple(usage))
+    cost = plan_cost(graph, R) + fetch_cost(graph.fetched, presence)
+    return Schedule(tuple(steps), cost, max(usage), tuple(usage), presence)
 
 
 def plan_cost(graph: Graph, R: np.ndarray) -> float:

@@ -17,7 +17,14 @@ from checkmate.bounds.floor import activation_floor
 from checkmate.graph import Graph
 from checkmate.milp.backends import get_backend
 from checkmate.milp.backends.policy import LP_BACKEND, solver_time_limit, too_little_time
-from checkmate.milp.formulation import decode, encode, encode_solution, moment_retained, moment_usage
+from checkmate.milp.formulation import (
+    decode,
+    decode_presence,
+    encode,
+    encode_solution,
+    moment_retained,
+    moment_usage,
+)
 from checkmate.milp.problem import MilpProblem, SolveOptions
 from checkmate.milp.scaling import memory_scale
 from checkmate.options import SolverName
@@ -66,7 +73,7 @@ def peak_range(
     peak_problem = _min_peak_problem(problem, usage, retained)
     start = None
     if start_plan is not None:
-        x = encode_solution(graph, index, start_plan.R, start_plan.S)
+        x = encode_solution(graph, index, start_plan.R, start_plan.S, start_plan.presence)
         start = np.append(x, (usage @ x + retained).max())
     left = max(0.0, time_limit - (time.perf_counter() - started))  # building the problem took part of the time
     upper = None if start_plan is None else start_plan.peak_memory
@@ -81,7 +88,7 @@ def peak_range(
     solution = get_backend(backend).solve(peak_problem, options, start)
     if solution.x is not None:
         R, S = decode(solution.x, index)
-        found = make_plan(graph, R, S, method="minimum_budget").peak_memory
+        found = make_plan(graph, R, S, method="minimum_budget", presence=decode_presence(solution.x, index)).peak_memory
         upper = found if upper is None else min(upper, found)
     lower = floor
     if scale.exact and solution.bound is not None:

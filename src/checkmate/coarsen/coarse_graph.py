@@ -12,6 +12,9 @@ Block b becomes one node:
   the members' recompute workspaces;
 * retained: the sum of its members' (all of it from the block's run, at or before each member's own run);
 * the graph's `stage_held`, when it has one: the largest of its members' stages.
+* the graph's fetched values, read by the blocks of their readers, last used in the block of their last use, their
+  backward from the block of its first stage. A coarse plan's presence is not carried to the full graph: the
+  expanded plan takes FSDP2's rule (`checkmate.fetched.default_presence`), and the full graph's search decides.
 
 So the moment a coarse node runs (its inputs, its memory, its workspace) bounds every moment of its members in
 the expanded plan, where inputs are freed after their last member reader and internal values after their last
@@ -20,6 +23,7 @@ reader, never later.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +64,16 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
     stage_held = (
         tuple(max(graph.stage_held[members.start : members.stop]) for members in blocks) if graph.stage_held else ()
     )
-    coarse = Graph(tuple(nodes), fixed_memory=graph.fixed_memory, stage_held=stage_held)
+    fetched = tuple(
+        dataclasses.replace(
+            value,
+            readers=tuple(sorted({int(block_of[reader]) for reader in value.readers})),
+            last_use=int(block_of[value.last_use]),
+            backward_start=int(block_of[value.backward_start]) if value.backward_start < graph.size else len(blocks),
+        )
+        for value in graph.fetched
+    )
+    coarse = Graph(tuple(nodes), fixed_memory=graph.fixed_memory, stage_held=stage_held, fetched=fetched)
     return Coarsening(graph, partition, coarse, exported)
 
 

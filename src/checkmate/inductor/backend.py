@@ -205,7 +205,7 @@ class CheckmateBackend:
             format_bytes(no_remat.peak_memory),
             100 * (plan.cost / no_remat.cost - 1) if no_remat.cost else 0.0,
         )
-        schedule = lower(graph, plan.R, plan.S)
+        schedule = lower(graph, plan.R, plan.S, plan.presence)
         return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
 
     def _solve(self, captured: Captured, budget: int, options: dict[str, Any], started: float) -> Plan:

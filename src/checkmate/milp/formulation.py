@@ -14,6 +14,13 @@ Variables (only those that can be nonzero are created):
     FREE[t, (i, k)] per edge (i, k) with k < t (FREE[t, k, k] eliminated, section 4.8; FREE at k = t frees memory
         after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
         not a user of i (that user would be a hazard fixed to 1).
+    G[t, v], A[t, v] per fetched value v (`Graph.fetched`, `checkmate.fetched`) and stage t: G = 1 when v is present
+        in stage t, A >= G[t, v] - G[t-1, v] its fetch there (continuous; 1 at an optimum exactly where v becomes
+        present). G[t, v] >= R[t, i] for each reader i; G[t, v] <= G[t+1, v] from v's backward_start to its last
+        use, G = 1 there and 0 after (so no reader runs after it: a restriction of `checkmate.fetched`'s rules);
+        kept values G = 1 from their first reader to the last use; a value released before the backward G = 0 at
+        its backward_start. v's bytes join U[t, 0] (eq. 2) and so every U[t, k] of the stage, and each fetch costs
+        v's fetch_cost in (1a). Not part of the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
 FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
 the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from checkmate.fetched import default_presence
 from checkmate.graph import Graph
 from checkmate.milp.problem import MilpProblem
 from checkmate.milp.scaling import MemoryScale
@@ -37,7 +45,8 @@ class VariableIndex:
 
     R_col, S_col, U_col are int64[T, T] column numbers, -1 where no variable exists. FREE variable f
     belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
-    variable later_free[p] with R[free_stage, later_user[p]].
+    variable later_free[p] with R[free_stage, later_user[p]]. G_col and A_col are int64[T, F], the presence and
+    the fetch of each fetched value in each stage.
     """
 
     T: int
@@ -49,11 +58,15 @@ class VariableIndex:
     free_edge: np.ndarray
     later_free: np.ndarray
     later_user: np.ndarray
+    G_col: np.ndarray
+    A_col: np.ndarray
     scale: MemoryScale
     budget_units: float
 
     @property
     def num_variables(self) -> int:
+        if self.A_col.size:
+            return int(self.A_col.max()) + 1
         return int(self.free_col[-1]) + 1 if self.free_col.size else int(self.U_col.max()) + 1
 
 
@@ -152,8 +165,10 @@ def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
 
 
 def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
-    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0]; (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v]; (3)-(4) U[t,k] = U[t,k-1] -
+    sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
+    present_stage, present_value = np.nonzero(index.G_col >= 0)
     U_row = index.U_col - index.U_col[0, 0]
     stage, node = np.nonzero(index.U_col >= 0)
     rest = node > 0
@@ -169,6 +184,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 U_row[stage[computed], node[computed]],
                 U_row[held_stage, 0],
                 U_row[index.free_stage, free_target + 1],
+                U_row[present_stage, 0],
             ]
         ),
         cols=np.concatenate(
@@ -178,6 +194,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 index.R_col[stage[computed], node[computed]],
                 index.S_col[held_stage, held_node],
                 index.free_col,
+                index.G_col[present_stage, present_value],
             ]
         ),
         values=np.concatenate(
@@ -187,6 +204,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 -sizes[node[computed]],
                 -sizes[held_node],
                 sizes[free_source],
+                -index.scale.fetched_sizes[present_value].astype(np.float64),
             ]
         ),
         lower=np.zeros(stage.size),
@@ -270,6 +288,52 @@ def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
+def _presence_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+    """G[t, v] - R[t, i] >= 0 for each reader i of v; A[t, v] - G[t, v] + G[t-1, v] >= 0 (A[0, v] - G[0, v] >= 0);
+    G[t, v] - G[t+1, v] <= 0 from v's backward_start to its last use (`checkmate.fetched`)."""
+    reader_value = np.array([v for v, value in enumerate(graph.fetched) for _ in value.readers], dtype=np.int64)
+    reader_node = np.array([i for value in graph.fetched for i in value.readers], dtype=np.int64)
+    pair, stage = expand_ranges(reader_node, np.full(reader_node.size, index.T))
+    read, node = reader_value[pair], reader_node[pair]
+    keep = index.R_col[stage, node] >= 0
+    read, node, stage = read[keep], node[keep], stage[keep]
+    reads = np.arange(stage.size)
+    fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
+    fetch = reads.size + np.arange(fetch_stage.size)
+    earlier = fetch_stage > 0
+    starts = np.array([value.backward_start for value in graph.fetched], dtype=np.int64)
+    ends = np.array([value.last_use for value in graph.fetched], dtype=np.int64)
+    settled_value, settled_stage = expand_ranges(starts, ends)
+    settled = reads.size + fetch.size + np.arange(settled_stage.size)
+    return _RowBlock(
+        rows=np.concatenate([reads, reads, fetch, fetch, fetch[earlier], settled, settled]),
+        cols=np.concatenate(
+            [
+                index.G_col[stage, read],
+                index.R_col[stage, node],
+                index.A_col[fetch_stage, fetch_value],
+                index.G_col[fetch_stage, fetch_value],
+                index.G_col[fetch_stage[earlier] - 1, fetch_value[earlier]],
+                index.G_col[settled_stage, settled_value],
+                index.G_col[settled_stage + 1, settled_value],
+            ]
+        ),
+        values=np.concatenate(
+            [
+                np.ones(reads.size),
+                -np.ones(reads.size),
+                np.ones(fetch.size),
+                -np.ones(fetch.size),
+                np.ones(int(earlier.sum())),
+                np.ones(settled.size),
+                -np.ones(settled.size),
+            ]
+        ),
+        lower=np.concatenate([np.zeros(reads.size + fetch.size), np.full(settled.size, -np.inf)]),
+        upper=np.concatenate([np.full(reads.size + fetch.size, np.inf), np.zeros(settled.size)]),
+    )
+
+
 def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> VariableIndex:
     """Number the variables that can be nonzero: R, then S, then U, then FREE."""
     T = graph.size
@@ -287,6 +351,10 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     free_lookup = np.full((T, len(graph.edges)), -1, dtype=np.int64)
     free_lookup[free_stage, free_edge] = np.arange(free_stage.size)
     later_free, later_user = _later_users(graph, free_lookup, R_col)
+    after_free = int(free_col[-1]) + 1 if free_col.size else int(U_col.max()) + 1
+    fetched = (T, len(graph.fetched))
+    G_col = after_free + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
+    A_col = after_free + T * fetched[1] + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     return VariableIndex(
         T=T,
         R_col=R_col,
@@ -297,6 +365,8 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
         free_edge=free_edge,
         later_free=later_free,
         later_user=later_user,
+        G_col=G_col,
+        A_col=A_col,
         scale=scale,
         budget_units=budget_units,
     )
@@ -323,6 +393,7 @@ def encode(
         _memory_rows(graph, index),
         _free_rows(graph, index),
         _workspace_rows(index),
+        _presence_rows(graph, index),
     ]
     offsets = np.cumsum([0] + [block.lower.size for block in blocks])
     rows = np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets, strict=False)])
@@ -335,7 +406,7 @@ def encode(
         A=A,
         row_lower=np.concatenate([b.lower for b in blocks]),
         row_upper=np.concatenate([b.upper for b in blocks]),
-        col_lower=_column_lower(index, num_vars),
+        col_lower=_column_lower(graph, index, num_vars),
         col_upper=_column_upper(graph, index, num_vars, recompute_backward),
         integer=_integrality(index, num_vars),
     ), index
@@ -346,12 +417,18 @@ def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     stage, node = np.nonzero(index.R_col >= 0)
     # (1a) sum R[t, i] c[t, i]: a node's run in its own stage at its cost, every later run at its recompute cost
     c[index.R_col[stage, node]] = np.where(stage == node, graph.costs[node], graph.recompute_costs[node])
+    fetch_costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
+    c[index.A_col] = fetch_costs[None, :]  # each fetch at its value's cost (not part of the paper)
     return c
 
 
-def _column_lower(index: VariableIndex, num_vars: int) -> np.ndarray:
+def _column_lower(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     lower = np.zeros(num_vars)
     lower[index.R_col[np.arange(index.T), np.arange(index.T)]] = 1.0  # (8a) R[t, t] = 1
+    for v, value in enumerate(graph.fetched):
+        lower[index.G_col[value.last_use, v]] = 1.0  # present at its last use
+        if value.kept and value.readers:
+            lower[index.G_col[min(value.readers) : value.last_use + 1, v]] = 1.0
     return lower
 
 
@@ -359,6 +436,10 @@ def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_b
     upper = np.ones(num_vars)
     stage, node = np.nonzero(index.U_col >= 0)
     upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
+    for v, value in enumerate(graph.fetched):
+        upper[index.G_col[value.last_use + 1 :, v]] = 0.0  # gone after its last use: no reader runs there
+        if value.released_before_backward and value.backward_start < index.T:
+            upper[index.G_col[value.backward_start, v]] = 0.0
     if not recompute_backward:
         stage, node = np.nonzero(index.R_col >= 0)
         again = (stage > node) & graph.is_backward[node]
@@ -370,6 +451,7 @@ def _integrality(index: VariableIndex, num_vars: int) -> np.ndarray:
     integer = np.zeros(num_vars, dtype=bool)
     integer[index.R_col[index.R_col >= 0]] = True  # (1f)
     integer[index.S_col[index.S_col >= 0]] = True
+    integer[index.G_col] = True
     return integer
 
 
@@ -382,14 +464,23 @@ def decode_fractional(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, 
     return R, S
 
 
+def decode_presence(x: np.ndarray, index: VariableIndex) -> np.ndarray:
+    """The fetched values' presence, bool[T, F], of an integral solution vector."""
+    return np.asarray(x[index.G_col] > 0.5, dtype=bool).reshape(index.G_col.shape)
+
+
 def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
     """The 0/1 plan (R, S), bool[T, T], of an integral solution vector."""
     R, S = decode_fractional(x, index)
     return R > 0.5, S > 0.5
 
 
-def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """The full variable vector of a valid plan (R, S): a warm start. Useless entries of R and S are dropped."""
+def encode_solution(
+    graph: Graph, index: VariableIndex, R: np.ndarray, S: np.ndarray, presence: np.ndarray | None = None
+) -> np.ndarray:
+    """The full variable vector of a valid plan (R, S) with the fetched values' `presence` (None: FSDP2's rule,
+    `checkmate.fetched.default_presence`): a warm start. Useless entries of R and S are dropped."""
+    presence = default_presence(graph.fetched, R.astype(bool)) if presence is None else presence.astype(bool)
     R = R.astype(bool) & (index.R_col >= 0)
     S = S.astype(bool) & (index.S_col >= 0)
     edges = graph.edges
@@ -404,10 +495,14 @@ def encode_solution(graph: Graph, index: VariableIndex, R: np.ndarray, S: np.nda
     freed = np.zeros((index.T, index.T))
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
-    U = (S @ sizes)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
+    present = presence.astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
+    U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
     x = np.zeros(index.num_variables)
     x[index.R_col[R]] = 1.0
     x[index.S_col[S]] = 1.0
     x[index.U_col[index.U_col >= 0]] = U[index.U_col >= 0]
     x[index.free_col] = free
+    x[index.G_col] = presence
+    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
+    x[index.A_col] = presence & ~before
     return x

@@ -31,6 +31,7 @@ class MemoryScale:
         retained_before: int64[T], what nodes 0..t-1 retain (`Graph.retained`) in units, rounded up: held in stage t
             until node t first runs.
         retained_through: int64[T], the same for nodes 0..t: held from the moment node t first runs.
+        fetched_sizes: int64[F], each fetched value's bytes in units, rounded like the sizes (`Graph.fetched`).
     """
 
     unit: int
@@ -40,6 +41,7 @@ class MemoryScale:
     recompute_workspace: np.ndarray
     retained_before: np.ndarray
     retained_through: np.ndarray
+    fetched_sizes: np.ndarray
 
     def retained_at(self, stage: np.ndarray, node: np.ndarray) -> np.ndarray:
         """Units retained while node k runs in stage t (k <= t), for arrays of (t, k): node t's own from its run."""
@@ -56,7 +58,8 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace, graph.retained])
+    fetched = np.array([value.memory for value in graph.fetched], dtype=np.int64)
+    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace, graph.retained, fetched])
     positive = amounts[amounts > 0]
     divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
     largest = int(positive.max()) if positive.size else 0
@@ -71,6 +74,7 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
         recompute_workspace=(-(-graph.recompute_workspace // unit)).astype(np.int64),
         retained_before=(-(-before // unit)).astype(np.int64),
         retained_through=(-(-through // unit)).astype(np.int64),
+        fetched_sizes=(-(-fetched // unit)).astype(np.int64),
     )
 
 
@@ -88,4 +92,5 @@ def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
         recompute_workspace=graph.recompute_workspace // scale.unit,
         retained_before=before // scale.unit,
         retained_through=through // scale.unit,
+        fetched_sizes=np.array([value.memory for value in graph.fetched], dtype=np.int64) // scale.unit,
     )

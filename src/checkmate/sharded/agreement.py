@@ -47,7 +47,9 @@ def agree_on_plan(compiled: Compiled, group: Any) -> Compiled:
         return compiled
     plan = box[0]
     log.info("running rank 0's plan (predicted cost %.6g, peak %d bytes)", plan.cost, plan.peak_memory)
-    return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
+    return dataclasses.replace(
+        compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
+    )
 
 
 def structure_of(captured: Captured) -> str:

@@ -174,7 +174,7 @@ def _gradients_until_reduce(no_remat: Compiled, made: Sequence[dict[int, int]]) 
         captured=dataclasses.replace(no_remat.captured, graph=graph),
         plan=plan,
         no_remat=plan,
-        schedule=lower(graph, plan.R, plan.S),
+        schedule=lower(graph, plan.R, plan.S, plan.presence),
     )
 
 

@@ -57,6 +57,7 @@ def final_plan(graph: Graph, budget: int, plan: Plan, *, bound: float | None, st
         budget=budget,
         status=proven_status(plan.cost, bound),
         lower_bound=None if bound is None else min(bound, plan.cost),
+        presence=plan.presence,
     )
     assert final.peak_memory <= budget, "a plan must fit the budget it was made for"
     return final

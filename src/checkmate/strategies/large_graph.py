@@ -35,6 +35,7 @@ from checkmate.bounds import activation_floor, retention_bound
 from checkmate.byte_sizes import format_bytes
 from checkmate.coarsen import choose_partition, coarsen, expand_plan
 from checkmate.errors import InfeasibleBudget
+from checkmate.fetched import fetches
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting
 from checkmate.progress import SearchControl
@@ -84,12 +85,13 @@ class Method:
 def search(graph: Graph, budget: int, control: SearchControl, method: Method, policy: SearchPolicy) -> Plan:
     """The method's plan for `graph` within `budget` bytes, exact or through a coarse graph by size (module doc).
 
-    A budget that holds every value (the peak of checkpoint_all) needs no search: computing each node once is the
-    least any plan costs. When the search finds nothing in its time (or is stopped first), a baseline that fits is
-    the answer, if the baselines find one in what is left of the time limit (at most RESCUE_SECONDS)."""
+    A budget that holds every value (the peak of checkpoint_all) needs no search when it also fetches each fetched
+    value at most once: computing each node once is the least any plan costs. When the search finds nothing in its
+    time (or is stopped first), a baseline that fits is the answer, if the baselines find one in what is left of the
+    time limit (at most RESCUE_SECONDS)."""
     started = time.perf_counter()
     everything = checkpoint_all(graph, None)
-    if everything.peak_memory <= budget:
+    if everything.peak_memory <= budget and (fetches(everything.presence) <= 1).all():
         control.report("done", cost=everything.cost, bound=everything.cost)
         return final_plan(graph, budget, everything, bound=everything.cost, started=started, method=method.name)
     try:

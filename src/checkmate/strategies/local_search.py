@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from checkmate.fetched import default_presence, fetch_cost, present_bytes
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import SearchControl
@@ -40,13 +41,24 @@ Move = tuple[int, int, int]
 class SearchState:
     """A plan (R the cheapest for S, unused checkpoints dropped) with its cost, usage and excess over the budget.
 
-    `read[t, i]` is whether stage t computes a node that reads i; `usage` is `LocalSearch.usage` of (R, S).
+    `read[t, i]` is whether stage t computes a node that reads i; `usage` is `LocalSearch.usage` of (R, S);
+    `present` the bytes of the graph's fetched values present in each stage (FSDP2's rule for R,
+    `checkmate.fetched.default_presence`).
     """
 
-    __slots__ = ("R", "S", "cost", "excess", "key", "peak", "read", "usage")
+    __slots__ = ("R", "S", "cost", "excess", "key", "peak", "present", "read", "usage")
 
-    def __init__(self, R: np.ndarray, S: np.ndarray, read: np.ndarray, usage: np.ndarray, cost: float, budget: int):
-        self.R, self.S, self.read, self.usage, self.cost = R, S, read, usage, cost
+    def __init__(
+        self,
+        R: np.ndarray,
+        S: np.ndarray,
+        read: np.ndarray,
+        usage: np.ndarray,
+        present: np.ndarray,
+        cost: float,
+        budget: int,
+    ):
+        self.R, self.S, self.read, self.usage, self.present, self.cost = R, S, read, usage, present, cost
         self.peak = int(usage.max())
         self.excess = int(np.maximum(usage - budget, 0).sum())  # bytes over the budget, summed over moments
         self.key = S.tobytes()
@@ -85,7 +97,7 @@ class LocalSearch:
         rows = np.arange(self.T)
         R = self._cheapest_rows(S, rows)
         read = self._read(R, rows)
-        return self._settle(R, S, read, np.zeros((self.T, self.T), dtype=np.int64), rows)
+        return self._settle(R, S, read, np.zeros((self.T, self.T), dtype=np.int64), rows, None)
 
     def derive(self, parent: SearchState, S: np.ndarray) -> SearchState:
         """The plan of S, a copy of parent.S changed in a few stages (R etc. recomputed only there)."""
@@ -95,7 +107,7 @@ class LocalSearch:
         R[rows] = self._cheapest_rows(S, rows)
         read = parent.read.copy()
         read[rows] = self._read(R, rows)
-        return self._settle(R, S, read, parent.usage.copy(), rows)
+        return self._settle(R, S, read, parent.usage.copy(), rows, parent.present)
 
     def state_plan(self, state: SearchState, *, method: str) -> Plan:
         """The state as a Plan, built by the simulator (which must agree with this search's accounting)."""
@@ -106,10 +118,17 @@ class LocalSearch:
         return plan
 
     def _settle(
-        self, R: np.ndarray, S: np.ndarray, read: np.ndarray, usage: np.ndarray, rows: np.ndarray
+        self,
+        R: np.ndarray,
+        S: np.ndarray,
+        read: np.ndarray,
+        usage: np.ndarray,
+        rows: np.ndarray,
+        present_before: np.ndarray | None,
     ) -> SearchState:
         """Drop held values that no later stage of their run reads (they cost memory and save nothing), then
-        update the usage of every stage whose R or S changed (`rows` so far)."""
+        update the usage of every stage whose R or S changed (`rows` so far) or whose fetched values did (against
+        `present_before`, None: every stage)."""
         self.evaluations += 1
         touched = np.zeros(self.T, dtype=bool)
         touched[rows] = True
@@ -125,9 +144,13 @@ class LocalSearch:
             R[rows] = self._cheapest_rows(S, rows)
             read[rows] = self._read(R, rows)
             touched[rows] = True
+        presence = default_presence(self.graph.fetched, R)
+        present = present_bytes(self.graph.fetched, presence)
+        touched |= True if present_before is None else present != present_before
         rows = np.flatnonzero(touched)
-        usage[rows] = self.usage(R, S, rows)
-        return SearchState(R, S, read, usage, plan_cost(self.graph, R), self.budget)
+        usage[rows] = self.usage(R, S, rows, present)
+        cost = plan_cost(self.graph, R) + fetch_cost(self.graph.fetched, presence)
+        return SearchState(R, S, read, usage, present, cost, self.budget)
 
     def _read(self, R: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """bool[len(rows), T]: whether stage t (in `rows`) computes a node that reads node i."""
@@ -140,9 +163,9 @@ class LocalSearch:
         """Rows `rows` of `checkmate.plan.cheapest_r(graph, S)`."""
         return cheapest_r_rows(self.graph, S, rows)
 
-    def usage(self, R: np.ndarray, S: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def usage(self, R: np.ndarray, S: np.ndarray, rows: np.ndarray, present: np.ndarray) -> np.ndarray:
         """int64[len(rows), T]: bytes in use just after stage t computes node k, as `simulate` counts them (fixed
-        memory and workspace in), for t in `rows`; -1 where R[t, k] = 0.
+        memory, workspace and the `present` bytes of fetched values in), for t in `rows`; -1 where R[t, k] = 0.
 
         Within stage t the live bytes are those held into it, plus what the stage has computed so far, minus the
         inputs freed after their last reader in the stage (when not held into stage t + 1).
@@ -150,7 +173,7 @@ class LocalSearch:
         T, memory = self.T, self.memory
         R_rows = R[rows]
         usage = (S[rows].astype(np.int64) @ memory)[:, None] + np.cumsum(np.where(R_rows, memory, 0), axis=1)
-        usage += self.transient[rows]
+        usage += self.transient[rows] + present[rows][:, None]
         if self.src.size:
             last = np.maximum.reduceat(np.where(R_rows[:, self.dst], self.dst, -1), self.starts, axis=1)
             held_next = np.zeros((rows.size, self.sources.size), dtype=bool)

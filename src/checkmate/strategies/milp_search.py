@@ -26,7 +26,7 @@ from checkmate.byte_sizes import format_bytes
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.milp.backends import milp_backend
-from checkmate.milp.formulation import VariableIndex, decode, encode, encode_solution
+from checkmate.milp.formulation import VariableIndex, decode, decode_presence, encode, encode_solution
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.options import SolverChoice
@@ -200,10 +200,12 @@ def _reporter(control: SearchControl, phase: str, exact: bool) -> Callable[[floa
 def _start(
     graph: Graph, problem: MilpProblem, index: VariableIndex, fallback: Plan | None, policy: SearchPolicy
 ) -> np.ndarray | None:
-    """The warm start vector of the fallback plan, when it satisfies the (unit-rounded) model."""
-    if fallback is None:
+    """The warm start vector of the fallback plan, when it satisfies the (unit-rounded) model. None for a graph with
+    fetched values: HiGHS, given such a start, can report a better objective than the point it returns (seen with
+    highspy 1.x on the small graphs of tests/solver/test_fetched.py)."""
+    if fallback is None or graph.fetched:
         return None
-    start = encode_solution(graph, index, fallback.R, fallback.S)
+    start = encode_solution(graph, index, fallback.R, fallback.S, fallback.presence)
     violation = problem.max_violation(start)
     if violation > policy.solver_tolerance:
         log.info("the warm start %s breaks the unit-rounded model by %g; solving cold", fallback.method, violation)
@@ -219,7 +221,11 @@ def _best_plan(
     candidates = [fallback]
     if solution.x is not None:
         R, S = decode(solution.x, index)
-        candidates += [make_plan(graph, R, S, method=method), make_plan(graph, cheapest_r(graph, S), S, method=method)]
+        presence = decode_presence(solution.x, index)
+        candidates += [
+            make_plan(graph, R, S, method=method, presence=presence),
+            make_plan(graph, cheapest_r(graph, S), S, method=method, presence=presence),
+        ]
     return cheapest_fitting(candidates, budget)
 
 

@@ -90,9 +90,11 @@ def optimal(
         InfeasibleBudget: no schedule fits; the error names the smallest budget for which one exists.
     """
     control = control if control is not None else SearchControl(time_limit=time_limit, callback=progress)
-    if budget is None:
+    if budget is None and not graph.fetched:
         unlimited = checkpoint_all(graph, None)
         return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
+    if budget is None:  # fetched values: holding them costs memory, fetching them again time
+        budget = checkpoint_all(graph, None).peak_memory + sum(value.memory for value in graph.fetched)
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
     policy = dataclasses.replace(

@@ -337,7 +337,7 @@ class CompiledStep:
             InvalidSchedule: the plan breaks a constraint on this graph (or has the wrong size).
         """
         compiled = self._compiled[self._current]
-        schedule = lower(compiled.captured.graph, plan.R, plan.S)
+        schedule = lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
         compiled.program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
         self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule, reused_from=None)
         self._measured_peak.pop(self._current, None)

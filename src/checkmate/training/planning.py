@@ -217,7 +217,9 @@ def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph
     """
     options = _solve_options(settings, started)
     plan = _cached_solve(compiled.captured, budget, settings, options, graph=graph)
-    return dataclasses.replace(compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S))
+    return dataclasses.replace(
+        compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
+    )
 
 
 def _prepare_capture(
@@ -278,7 +280,7 @@ def _solve_capture(model: nn.Module, prepared: _Prepared, settings: Settings, bu
         captured,
         prepared.program,
         plan,
-        lower(captured.graph, plan.R, plan.S),
+        lower(captured.graph, plan.R, plan.S, plan.presence),
         no_remat,
         parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
         buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),

@@ -72,13 +72,15 @@ def reuse_plan(
         device=model_device(model),
     )
     budget = resolve_budget(settings.budget, like.no_remat.peak_memory)
-    plan = make_plan(captured.graph, like.plan.R, like.plan.S, method=like.plan.method, budget=budget)
+    plan = make_plan(
+        captured.graph, like.plan.R, like.plan.S, method=like.plan.method, budget=budget, presence=like.plan.presence
+    )
     if plan.peak_memory > budget:
         return (
             f"the plan of batch {describe(like.captured.batch_shapes)} holds {format_bytes(plan.peak_memory)} at "
             f"this batch's sizes, over the budget of {format_bytes(budget)}"
         )
-    schedule = lower(captured.graph, plan.R, plan.S)
+    schedule = lower(captured.graph, plan.R, plan.S, plan.presence)
     program = prepare(captured)
     program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
     return Compiled(

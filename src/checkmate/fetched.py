@@ -1,0 +1,141 @@
+"""Values the step keeps elsewhere and fetches over a link before nodes read them, and when each is present.
+
+An FSDP2 unit's parameters are such a value: each rank holds a shard, and the full parameters exist on the device
+only between an all-gather and a free (`checkmate.sharded`). A plan decides, beside R and S, in which stages each
+fetched value is present (`presence`, bool[T, F]); a stage where it becomes present fetches it once, at the value's
+`fetch_cost`. The rules a presence obeys (`check_presence`):
+
+* present in every stage that runs one of its readers (R[t, i] = 1 for a reader i);
+* its end is the later of its `last_use` and the last stage that runs a reader (FSDP2's reduce-scatter releases a
+  unit after its last step): present at its end and absent after it;
+* from `backward_start` to its end, present on one interval (a unit is gathered once for its backward);
+* `kept`: present from its first reader's stage to its end (FSDP2's `reshard_after_forward=False`);
+* `released_before_backward`: absent at `backward_start` (the unit is freed after its forward and gathered again).
+
+The memory model: a present value holds `memory` bytes at every moment of the stage (the simulator, the MILP and the
+bounds count it so). The time model: each fetch costs `fetch_cost` in the graph's cost unit, added to the compute
+cost; fetches are not assumed to overlap compute (on CPU ranks the copies in and out of a collective run on the
+same cores as compute, `benchmarks/investigations/sharded_link.py`).
+
+`default_presence` is FSDP2's own rule (fetched for the forward reads, freed, fetched again for the backward),
+the presence of every plan whose strategy does not decide it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from checkmate.errors import InvalidSchedule
+
+
+@dataclass(frozen=True)
+class FetchedValue:
+    """A value held elsewhere and fetched onto the device for the nodes that read it (see the module doc).
+
+    Attributes:
+        name: a label.
+        memory: bytes it holds on the device while present.
+        readers: the nodes whose runs need it present.
+        fetch_cost: the time of one fetch, in the graph's cost unit.
+        last_use: the stage of its last use by other nodes than its readers (FSDP2: the unit's last gradient); it
+            ends there or at a later stage that runs a reader.
+        backward_start: from this stage to its end it is present on one interval.
+        kept: once fetched, present to its end.
+        released_before_backward: absent at `backward_start`.
+    """
+
+    name: str
+    memory: int
+    readers: tuple[int, ...]
+    fetch_cost: float
+    last_use: int
+    backward_start: int
+    kept: bool = False
+    released_before_backward: bool = False
+
+
+def read_stages(values: tuple[FetchedValue, ...], R: np.ndarray) -> np.ndarray:
+    """bool[T, F]: the stages that run a reader of each value."""
+    reads = np.zeros((R.shape[0], len(values)), dtype=bool)
+    for column, value in enumerate(values):
+        if value.readers:
+            reads[:, column] = R[:, list(value.readers)].any(axis=1)
+    return reads
+
+
+def ends(values: tuple[FetchedValue, ...], reads: np.ndarray) -> np.ndarray:
+    """int64[F]: each value's end (module doc) for the reading stages `reads` (`read_stages`)."""
+    last_read = np.where(reads.any(axis=0), reads.shape[0] - 1 - np.argmax(reads[::-1], axis=0), -1)
+    return np.maximum(np.array([value.last_use for value in values], dtype=np.int64), last_read)
+
+
+def default_presence(values: tuple[FetchedValue, ...], R: np.ndarray) -> np.ndarray:
+    """bool[T, F]: FSDP2's presence for the plan's runs R: from the first to the last reading stage before
+    `backward_start`, and from the first reading stage after it to the value's end (kept values: from the first
+    reading stage to the end)."""
+    T = R.shape[0]
+    reads = read_stages(values, R)
+    presence = np.zeros((T, len(values)), dtype=bool)
+    for column, (value, end) in enumerate(zip(values, ends(values, reads), strict=True)):
+        stages = np.flatnonzero(reads[:, column])
+        if value.kept:
+            first = int(stages[0]) if stages.size else end
+            presence[first : end + 1, column] = True
+            continue
+        forward = stages[stages < value.backward_start]
+        if forward.size:
+            presence[forward[0] : forward[-1] + 1, column] = True
+        backward = stages[stages >= value.backward_start]
+        first = int(backward[0]) if backward.size else end
+        presence[min(first, end) : end + 1, column] = True
+    return presence
+
+
+def fetches(presence: np.ndarray) -> np.ndarray:
+    """int64[F]: how many times each value is fetched: the stages where it becomes present."""
+    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
+    return (presence & ~before).sum(axis=0).astype(np.int64)
+
+
+def fetch_cost(values: tuple[FetchedValue, ...], presence: np.ndarray) -> float:
+    """The time of the presence's fetches, in the graph's cost unit."""
+    costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
+    return float(costs @ fetches(presence))
+
+
+def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:
+    """int64[T]: the bytes the present values hold in each stage."""
+    sizes = np.array([value.memory for value in values], dtype=np.int64)
+    return presence.astype(np.int64) @ sizes
+
+
+def check_presence(values: tuple[FetchedValue, ...], R: np.ndarray, presence: np.ndarray) -> None:
+    """Raise InvalidSchedule naming the first rule of the module doc that `presence` breaks for the runs R."""
+    T = R.shape[0]
+    if presence.shape != (T, len(values)):
+        raise InvalidSchedule(f"presence has shape {presence.shape}; it must be ({T}, {len(values)})")
+    reads = read_stages(values, R)
+    for column, (value, end) in enumerate(zip(values, ends(values, reads), strict=True)):
+        present = presence[:, column].astype(bool)
+        label = f"fetched value {column} ({value.name!r})"
+        missing = np.flatnonzero(reads[:, column] & ~present)
+        if missing.size:
+            raise InvalidSchedule(f"{label} is read in stage {missing[0]} but not present there")
+        if not present[end] or present[end + 1 :].any():
+            raise InvalidSchedule(f"{label} must be present at its end, stage {end}, and absent after it")
+        tail = present[value.backward_start : end + 1]
+        if (np.diff(tail.astype(np.int8)) < 0).any():
+            raise InvalidSchedule(
+                f"{label} must be present on one interval ending at its end ({end}) from stage {value.backward_start}"
+            )
+        if value.kept:
+            first = np.flatnonzero(reads[:, column])
+            start = int(first[0]) if first.size else end
+            if not present[start : end + 1].all():
+                raise InvalidSchedule(f"{label} is kept: it must be present from stage {start} to {end}")
+        if value.released_before_backward and value.backward_start < T and present[value.backward_start]:
+            raise InvalidSchedule(
+                f"{label} must be absent at stage {value.backward_start}, between its forward and its backward"
+            )

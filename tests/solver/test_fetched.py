@@ -1,0 +1,185 @@
+"""Fetched values (an FSDP2 unit's parameters) in the plan: the MILP against an exhaustive oracle, its encoding against
+the simulator, and a plan that fetches a value twice because the budget requires it."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from exhaustive import fewest_computations, useful_entries
+from oracles import paper_cost_and_peak
+
+from checkmate.errors import InfeasibleBudget, InvalidSchedule
+from checkmate.examples import linear_graph, random_training_graph, training_graph
+from checkmate.fetched import FetchedValue, default_presence, fetches
+from checkmate.graph import Graph
+from checkmate.milp.formulation import decode, decode_presence, encode, encode_solution
+from checkmate.milp.scaling import memory_scale
+from checkmate.plan import cheapest_r, make_plan
+from checkmate.simulate import lower
+from checkmate.solve import solve
+
+
+def _unit(graph: Graph, name: str, readers: tuple[int, ...], memory: int, cost: float, **rules: bool) -> FetchedValue:
+    backward_start = int(np.flatnonzero(graph.is_backward)[0])
+    return FetchedValue(name, memory, readers, cost, last_use=max(readers), backward_start=backward_start, **rules)
+
+
+def _chain_with_unit(n: int, memory: int, cost: float, **rules: bool) -> Graph:
+    """The paper's chain with one unit read by forward node 0 and 1 and by their gradients (a block's weights)."""
+    graph = linear_graph(n)
+    T = graph.size
+    return dataclasses.replace(graph, fetched=(_unit(graph, "block", (0, 1, T - 2, T - 1), memory, cost, **rules),))
+
+
+def _valid(graph: Graph, R: np.ndarray, presence: np.ndarray) -> bool:
+    """The rules of `checkmate.fetched`, written again over the columns."""
+    T = graph.size
+    for column, value in enumerate(graph.fetched):
+        present = presence[:, column]
+        reads = R[:, list(value.readers)].any(axis=1)
+        end = max([value.last_use, *np.flatnonzero(reads)])
+        if (reads & ~present).any() or present[end + 1 :].any() or not present[end]:
+            return False
+        tail = present[value.backward_start : end + 1].astype(int)
+        if (np.diff(tail) < 0).any():
+            return False
+        if value.kept and not present[min(value.readers) : end + 1].all():
+            return False
+        if value.released_before_backward and value.backward_start < T and present[value.backward_start]:
+            return False
+    return True
+
+
+def _oracle(graph: Graph, budget: int) -> float | None:
+    """The cheapest plan within `budget` by exhaustive search over S (the fewest computations each allows) and every
+    presence, priced by the paper's equations with the present bytes as the stage's held memory and each fetch at
+    its cost: nothing from the library's planning code."""
+    T, F = graph.size, len(graph.fetched)
+    plain = dataclasses.replace(graph, fetched=())
+    sizes = np.array([value.memory for value in graph.fetched])
+    costs = np.array([value.fetch_cost for value in graph.fetched])
+    entries = useful_entries(plain)
+    best = None
+    for bits in itertools.product((False, True), repeat=len(entries)):
+        S = np.zeros((T, T), dtype=bool)
+        for (t, i), bit in zip(entries, bits, strict=True):
+            S[t, i] = bit
+        R = fewest_computations(plain, S)
+        for presence_bits in itertools.product((False, True), repeat=T * F):
+            presence = np.array(presence_bits, dtype=bool).reshape(T, F)
+            if not _valid(graph, R, presence):
+                continue
+            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in presence.astype(int) @ sizes))
+            cost, peak = paper_cost_and_peak(held, R, S)
+            rises = presence & ~np.vstack([np.zeros((1, F), dtype=bool), presence[:-1]])
+            cost += float(costs @ rises.sum(axis=0))
+            if peak <= budget and (best is None or cost < best - 1e-9):
+                best = cost
+    return best
+
+
+ORACLE_GRAPHS = {
+    "chain": _chain_with_unit(2, memory=2, cost=1.5),
+    "chain, kept": _chain_with_unit(2, memory=2, cost=1.5, kept=True),
+    "chain, released": _chain_with_unit(2, memory=3, cost=0.5, released_before_backward=True),
+}
+
+
+@pytest.mark.parametrize("name", ORACLE_GRAPHS)
+def test_the_milp_finds_the_exhaustive_optimum_with_fetched_values(name: str) -> None:
+    graph = ORACLE_GRAPHS[name]
+    no_remat = solve(graph, None, method="checkpoint_all")
+    for budget in range(no_remat.peak_memory, 0, -1):
+        expected = _oracle(graph, budget)
+        if expected is None:
+            with pytest.raises(InfeasibleBudget):
+                solve(graph, budget, method="optimal", time_limit=30)
+            break
+        plan = solve(graph, budget, method="optimal", time_limit=30)
+        assert plan.peak_memory <= budget
+        assert plan.cost == pytest.approx(expected), budget
+
+
+def _with_units(graph: Graph) -> Graph:
+    """`graph` with two units: one read by the first forward nodes and their gradients, one by the next ones."""
+    T = graph.size
+    forward = int(np.flatnonzero(graph.is_backward)[0]) - 1  # forward nodes before the loss
+    first = tuple(range(forward // 2))
+    second = tuple(range(forward // 2, forward))
+    gradient = {j: T - 1 - j for j in range(forward)}  # the gradient node of forward node j (training_graph order)
+    return dataclasses.replace(
+        graph,
+        fetched=(
+            _unit(graph, "first", (*first, *(gradient[j] for j in first)), 5, 2.0),
+            _unit(graph, "second", (*second, *(gradient[j] for j in second)), 3, 1.0),
+        ),
+    )
+
+
+FEASIBLE_GRAPHS = [_with_units(linear_graph(5)), _with_units(random_training_graph(6, seed=3))]
+
+
+@pytest.mark.parametrize("graph", FEASIBLE_GRAPHS, ids=["chain", "random"])
+def test_valid_plans_with_presences_are_feasible_points_with_the_simulated_cost_and_peak(graph: Graph) -> None:
+    scale = memory_scale(graph)
+    rng = np.random.default_rng(graph.size)
+    for density in np.linspace(0.0, 1.0, 8):
+        S = np.tril(rng.random((graph.size, graph.size)) < density, -1)
+        R = cheapest_r(graph, S)
+        _, index = encode(graph, np.inf, scale)
+        R, S = decode(encode_solution(graph, index, R, S), index)
+        if any(R[value.last_use + 1 :, list(value.readers)].any() for value in graph.fetched):
+            continue  # a reader run after the value's last use: a plan, but not one of the MILP's (its restriction)
+        for presence in (default_presence(graph.fetched, R), _held_through(graph, R)):
+            schedule = lower(graph, R, S, presence)
+            budget = scale.budget_units(schedule.peak_memory, graph.fixed_memory)
+            problem, index = encode(graph, budget, scale)
+            x = encode_solution(graph, index, R, S, presence)
+            assert problem.max_violation(x) < 1e-9
+            assert problem.c @ x == pytest.approx(schedule.cost)
+            assert (decode_presence(x, index) == presence).all()
+            tighter, _ = encode(graph, budget - 1, scale)
+            assert tighter.max_violation(x) >= 1.0 - 1e-9
+
+
+def _held_through(graph: Graph, R: np.ndarray) -> np.ndarray:
+    """Each value present from its first read to its last use: fetched once."""
+    presence = default_presence(graph.fetched, R)
+    for column, value in enumerate(graph.fetched):
+        presence[min(value.readers) : value.last_use + 1, column] = True
+    return presence
+
+
+def test_the_budget_decides_between_holding_a_unit_and_fetching_it_again() -> None:
+    """A unit held from forward to backward costs one fetch; at less memory the plan frees it after the forward and
+    fetches it again (two fetches) rather than recompute; at less still, it recomputes too."""
+    graph = _chain_with_unit(4, memory=4, cost=0.5)
+    loose = solve(graph, None, method="optimal", time_limit=30)
+    assert fetches(loose.presence).tolist() == [1] and not loose.recomputes
+    held_peak = loose.peak_memory
+    again = solve(graph, held_peak - 1, method="optimal", time_limit=30)
+    assert fetches(again.presence).tolist() == [2] and not again.recomputes
+    assert again.cost == pytest.approx(loose.cost + 0.5)
+    floor = again.peak_memory - 1
+    tight = solve(graph, floor, method="optimal", time_limit=30)
+    assert tight.recomputes and tight.peak_memory <= floor
+
+
+def test_a_presence_that_breaks_a_rule_is_refused() -> None:
+    graph = _chain_with_unit(2, memory=2, cost=1.0)
+    plan = solve(graph, None, method="checkpoint_all")
+    missing = plan.presence.copy()
+    missing[0, 0] = False
+    with pytest.raises(InvalidSchedule, match="read in stage 0"):
+        make_plan(graph, plan.R, plan.S, method="test", presence=missing)
+    kept = dataclasses.replace(graph, fetched=(dataclasses.replace(graph.fetched[0], kept=True),))
+    with pytest.raises(InvalidSchedule, match="kept"):
+        make_plan(kept, plan.R, plan.S, method="test", presence=plan.presence)
+
+
+def test_the_graph_file_keeps_its_fetched_values() -> None:
+    graph = _with_units(training_graph([[], [0], [1], [2]]))
+    assert Graph.from_json(graph.to_json()) == graph
