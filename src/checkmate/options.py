@@ -51,8 +51,8 @@ class ShardedOptions:
     """How a step of a model sharded with FSDP2 places its units' calls (`checkmate.sharded`).
 
     Attributes:
-        hold_gathered: keep a unit gathered from its forward to its backward where the budget has room, instead of
-            freeing it and gathering it again as FSDP2's `reshard_after_forward` says (`checkmate.sharded.holds`).
+        hold_gathered: let the plan keep a unit gathered from its forward to its backward where that pays, instead of
+            freeing it and gathering it again as FSDP2's `reshard_after_forward` says (`checkmate.fetched`).
         prefetch_gathers: start each unit's all-gather but the first early, as FSDP2's implicit prefetching does.
     """
 

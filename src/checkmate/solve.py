@@ -19,6 +19,7 @@ from checkmate.progress import SearchControl, stop_on_interrupt
 from checkmate.progress_lines import INTERVAL, progress_lines
 from checkmate.strategies.checkpoint_all import checkpoint_all
 from checkmate.strategies.feasibility import in_fraction_of_peak
+from checkmate.strategies.hold_fetched import hold_fetched
 from checkmate.strategies.registry import call_strategy, check_options, option_names
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
             thread, Ctrl-C stops the search and the best plan so far is returned.
 
     Returns:
-        A Plan whose simulated peak is within the budget.
+        A Plan whose simulated peak is within the budget. A graph's fetched values are held across the gaps between
+        their uses where the budget has room (`checkmate.strategies.hold_fetched`), whatever the method.
 
     Raises:
         InvalidArgument: an unknown method or option, a budget that is none, or a negative or NaN limit.
@@ -89,6 +91,8 @@ def solve(graph: Graph, budget: int | float | str | None, *, method: str = "chec
         if fraction is None:
             raise
         raise in_fraction_of_peak(error, fraction, no_remat_peak) from None
+    if budget_bytes is not None and graph.fetched and plan.peak_memory <= budget_bytes:
+        plan = hold_fetched(graph, plan, budget_bytes)
     elapsed = time.perf_counter() - started
     if budget_bytes is not None and plan.peak_memory > budget_bytes:
         # Every strategy raises InfeasibleBudget itself when it cannot fit; a plan over the budget is a bug, and

@@ -160,21 +160,31 @@ def _full_budget() -> None:
     _train(step, reference, make_batch)
 
 
-def _regathers_where_holds_do_not_fit() -> None:
-    """Four blocks on the small batch, where the units' parameters outweigh the activations: at budget 1.0 the step
-    holds the last blocks from their forward to their backward (`Sharded.held_units`), and gathers the first
-    ones again as FSDP2 does; the same five steps, bit for bit, and the allocator's peak within the plan's."""
+def _regathers_where_the_budget_requires() -> None:
+    """Four blocks on the small batch, where the units' parameters outweigh the activations and each all-gather
+    (measured, `cost_model="profile"`) costs more than the step's compute: with room for them, the plan keeps every
+    block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`), recomputing where
+    that makes room; at eager FSDP2's peak it frees some and gathers them again. The same five steps, bit for bit,
+    and the allocator's peak within the plan's."""
+    options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 20}
     model, reference = _pair(blocks=4)
-    step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
-    assert isinstance(step.distribution, Sharded)
-    blocks = [unit for unit, each in enumerate(step.distribution.units) if each.reshard_after_forward]
-    held = step.distribution.held_units(step.compiled)
-    assert 0 < len(held) < len(blocks), f"held {held} of the blocks {blocks}"
-    _train(step, reference, make_batch)
+    tight = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, **options)
+    assert isinstance(tight.distribution, Sharded)
+    blocks = [unit for unit, each in enumerate(tight.distribution.units) if each.reshard_after_forward]
+    held = tight.distribution.held_units(tight.compiled)
+    assert len(held) < len(blocks), f"held {held} of the blocks {blocks} at eager FSDP2's peak"
+    _train(tight, reference, make_batch)
     model.zero_grad(set_to_none=True)
     batch = make_batch(5)
-    measured, planned = _rank_peak(lambda: step(*batch), model, batch), step.report().planned_peak
+    measured, planned = _rank_peak(lambda: tight(*batch), model, batch), tight.report().planned_peak
     assert measured <= planned, f"rank {dist.get_rank()}: measured {measured}, planned {planned}"
+
+    model, reference = _pair(blocks=4)
+    room = tight.report().no_remat_peak + 4 * 10_000
+    loose = checkmate.compile(model, loss_fn, make_batch(0), budget=room, **options)
+    assert isinstance(loose.distribution, Sharded)
+    assert loose.distribution.held_units(loose.compiled) == tuple(blocks)
+    _train(loose, reference, make_batch)
 
 
 def _budget_that_recomputes() -> None:
@@ -358,7 +368,7 @@ def _spawn(tmp_path: Path, *checks: Callable[[], None]) -> None:
 
 def test_matches_eager_fsdp2_at_full_budget(tmp_path: Path) -> None:
     """No recomputation: three Adam steps, an accumulating step and a synchronised one, bit for bit on both ranks."""
-    _spawn(tmp_path, _full_budget, _regathers_where_holds_do_not_fit)
+    _spawn(tmp_path, _full_budget, _regathers_where_the_budget_requires)
 
 
 def test_matches_eager_fsdp2_when_recomputing(tmp_path: Path) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
-from checkmate.sharded.holds import hold_gathered
 from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_memory
-from checkmate.sharded.timeline import UnitUse
+from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
 
 SCHEDULE = Schedule(
@@ -88,27 +88,48 @@ def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None
 
 # Two blocks, both freed after their forward by FSDP2: node 0 reads unit 0 and node 1 unit 1 (the forward), node 2
 # reads unit 1 and makes its gradients, node 3 reads unit 0 and makes its gradients. Freed after their forward, the
-# calls are gather 0, C0, free 0, gather 1, C1, free 1, gather 1, C2, reduce 1, gather 0, C3, reduce 0, and the
-# peak is 380 at reduce 1 (300 + unit 1's parameters 20 + its gradients 20 + the reduce-scatter's 30 + the input kept
-# from the step before 10). Holding unit 1 (nothing runs between its forward and its backward) leaves the peak at 380;
-# holding unit 0 too keeps its 10 bytes through C1, C2 and reduce 1: 390.
+# calls are gather 0, C0, free 0, gather 1, C1, free 1, gather 1, C2, reduce 1, gather 0, C3, reduce 0.
 BLOCKS = dataclasses.replace(USE, reshard_after_forward=(True, True))
 
 
-@pytest.mark.parametrize(
-    ("budget", "reshard_after_forward"),
-    [(379, (True, True)), (380, (True, False)), (389, (True, False)), (390, (False, False))],
-)
-def test_holds_the_units_that_fit_the_budget(budget: int, reshard_after_forward: tuple[bool, bool]) -> None:
-    sizes = _sizes(collectives_copy=False)
-    assert sharded_usage(SCHEDULE, BLOCKS, sizes) == (80, 120, 120, 150, 230, 230, 250, 330, 380, 340, 280, 305)
-    held = hold_gathered(SCHEDULE, BLOCKS, sizes, budget)
-    assert held.reshard_after_forward == reshard_after_forward
-    assert sharded_peak(SCHEDULE, held, sizes) <= max(budget, 380)
+def _planned(presence: list[list[bool]]) -> Schedule:
+    """SCHEDULE planned with the units' `presence` (per stage, per unit): the simulator's usage then counts the
+    present units' parameters (10 and 20 bytes) in each stage."""
+    present = np.array(presence, dtype=bool)
+    usage = tuple(int(u) for u in np.array(SCHEDULE.usage) + present.astype(int) @ np.array([10, 20]))
+    return dataclasses.replace(SCHEDULE, usage=usage, peak_memory=max(usage), presence=present)
 
 
-def test_a_held_unit_is_gathered_once() -> None:
-    """Unit 1 held: gather 0, C0, free 0, gather 1, C1, C2, reduce 1, gather 0, C3, reduce 0."""
+def test_a_unit_the_plan_holds_is_gathered_once() -> None:
+    """Unit 1 present in stages 1 and 2, unit 0 in 0 and 3: gather 0, C0, free 0, gather 1, C1, C2, reduce 1,
+    gather 0, C3, reduce 0; the present parameters leave the graph's usage and count at the calls, as without a
+    presence."""
     sizes = _sizes(collectives_copy=False)
-    held = dataclasses.replace(BLOCKS, reshard_after_forward=(True, False))
-    assert sharded_usage(SCHEDULE, held, sizes) == (80, 120, 120, 150, 230, 330, 380, 340, 280, 305)
+    schedule = _planned([[True, False], [False, True], [False, True], [True, False]])
+    steps = place_unit_calls(schedule.steps, BLOCKS, schedule.presence)
+    calls = [(step.action, step.unit) for step in steps if isinstance(step, UnitCall)]
+    assert calls == [(GATHER, 0), (FREE, 0), (GATHER, 1), (REDUCE, 1), (GATHER, 0), (REDUCE, 0)]
+    assert sharded_usage(schedule, BLOCKS, sizes) == (80, 120, 120, 150, 230, 330, 380, 340, 280, 305)
+    assert stage_memory(schedule, BLOCKS, sizes).peak == sharded_peak(schedule, BLOCKS, sizes) == 380
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("collectives_copy", [False, True])
+def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_units(
+    prefetch: bool, collectives_copy: bool
+) -> None:
+    """The oracle: FSDP2's placement of units it never reshards after the forward."""
+    sizes = _sizes(collectives_copy)
+    blocks = dataclasses.replace(BLOCKS, prefetch_gathers=prefetch)
+    kept = dataclasses.replace(blocks, reshard_after_forward=(False, False))
+    schedule = _planned([[True, False], [True, True], [True, True], [True, False]])
+    assert sharded_usage(schedule, blocks, sizes) == sharded_usage(SCHEDULE, kept, sizes)
+    stages, expected = stage_memory(schedule, blocks, sizes), stage_memory(SCHEDULE, kept, sizes)
+    assert stages.peaks == expected.peaks
+    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, (10, 30, 30, 10), strict=True))
+
+
+def test_a_read_where_the_plan_has_no_unit_gathered_is_refused() -> None:
+    schedule = _planned([[True, False], [False, False], [False, True], [True, False]])
+    with pytest.raises(ValueError, match="stage 1 reads a unit"):
+        place_unit_calls(schedule.steps, BLOCKS, schedule.presence)

@@ -11,14 +11,19 @@
   once at compile time), so the plan's graph is the op graph of a single-process step. Every rank plans; rank 0's
   plan is broadcast and run on every rank (`checkmate.sharded.agreement`), after checking that every rank captured
   the same step. A rank whose planning fails makes every rank raise at once (`checkmate.training.ranks`).
-* Running (`checkmate.sharded.timeline`). The plan's schedule runs with each unit's all-gather placed before the
-  first step that reads its parameters, its free after its last forward read when `reshard_after_forward` says so
-  (FSDP2 keeps the root's), its all-gather again before its first backward read, and FSDP2's post-backward after
-  its last step: the reduce-scatter into the sharded `.grad` with FSDP2's own arithmetic (`foreach_reduce`), or with
-  `set_requires_gradient_sync(False)` the local accumulation. The gathers and frees are FSDP2's own (`unshard`,
-  `reshard`): the full parameters keep one tensor each, whose storage a gather fills and a free empties, so the
-  schedule reads them as plain inputs. Every rank issues the same collectives in the same order. With two ranks the
-  sharded `.grad`s equal eager FSDP2's bit for bit (tests/torch/test_sharded.py).
+* Gathers as decisions of the plan. Each unit's gathered parameters are a fetched value of the plan's graph
+  (`checkmate.fetched`): the plan decides in which stages a unit is gathered, each gather priced at its all-gather's
+  time measured at compile time (`checkmate.sharded.planning.gather_seconds`), so holding a unit from its forward to its
+  backward, freeing it and gathering it again, or recomputing instead, are weighed in one search.
+  `reshard_after_forward=False` (FSDP2's root) keeps a unit gathered from its first read to its reduce;
+  `ShardedOptions(hold_gathered=False)` frees every other unit between its forward and its backward, as FSDP2 does.
+* Running (`checkmate.sharded.timeline`). The plan's schedule runs with a unit's all-gather before the first step that
+  reads its parameters in each run of stages where the plan has it gathered, its free after the last one, and FSDP2's
+  post-backward after its last step: the reduce-scatter into the sharded `.grad` with FSDP2's own arithmetic
+  (`foreach_reduce`), or with `set_requires_gradient_sync(False)` the local accumulation. The gathers and frees are
+  FSDP2's own (`unshard`, `reshard`): the full parameters keep one tensor each, whose storage a gather fills and a free
+  empties, so the schedule reads them as plain inputs. Every rank issues the same collectives in the same order. With
+  two ranks the sharded `.grad`s equal eager FSDP2's bit for bit (tests/torch/test_sharded.py).
 * Memory (`checkmate.sharded.memory`): the budget is this rank's peak. The plan's graph holds this rank's shards of
   the parameters and of their gradients (padded as FSDP2 pads them), the buffers and the batch in its fixed memory,
   and its activations as in a single-process step; with `gradient_memory="when_made"` (the step starts with no
@@ -31,12 +36,11 @@
   ranks the allocator's per-rank peak is at or below the planned one (tests/torch/test_sharded.py). Optimizer state
   is not counted, as in a single-process step.
 
-Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). A unit FSDP2 would
-gather twice is held from its forward to its backward where the budget has room (`checkmate.sharded.holds`).
-Reduce-scatters run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after
-them as in eager FSDP2; on CPU synchronous, as in eager FSDP2. The units' calls are a schedule pass placed before the
+Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). Reduce-scatters
+run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after them as in eager
+FSDP2; on CPU synchronous, as in eager FSDP2. The units' calls are a schedule pass placed before the
 executor's (`UnitCalls`, `checkmate.execute.passes`): with the Inductor executor, fused runs lie between them. Not
-built yet: a hold bought with recomputation (priced in communication).
+built yet: the link as a resource of its own (a gather's time overlapping compute), and prefetch decisions.
 Refused with ShardedTrainingError: CPU offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters,
 all-gather extensions, several parameter groups per unit, a root that is not sharded, and uneven inputs (another
 batch shape on some rank). A new batch shape is planned again on every rank together: every rank must meet it in
@@ -52,6 +56,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
@@ -62,13 +67,13 @@ from checkmate.errors import ShardedTrainingError
 from checkmate.execute.codegen import Call
 from checkmate.execute.gradients import StepGradients
 from checkmate.execute.passes import Lowering, PassOrder, with_steps
+from checkmate.fetched import fetches
 from checkmate.options import GradientMemory, ShardedOptions
 from checkmate.sharded.captured_units import CapturedUnits, captured_units
 from checkmate.sharded.gradients import ShardedGradients
-from checkmate.sharded.holds import hold_gathered, kept_gathered
-from checkmate.sharded.memory import held_at_computes, sharded_peak
+from checkmate.sharded.memory import UnitBytes, held_at_computes, sharded_peak
 from checkmate.sharded.planning import plan_sharded
-from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, place_unit_calls, unit_positions
 from checkmate.sharded.units import Unit, check_root, check_supported, initialize, sharding_fixed_memory, units_of
 from checkmate.simulate import Schedule, lower
 from checkmate.torch_capture.trace import LossFunction
@@ -116,26 +121,18 @@ class UnitPlacement:
 
     Attributes:
         units: the capture's parameters among the units, with FSDP2's `reshard_after_forward`.
-        no_remat_peak: the sharded peak of the step without recomputation, the units' calls placed as FSDP2 would.
+        no_remat_peak: the sharded peak of the step without recomputation, the units gathered as FSDP2 would.
         budget: the budget in bytes (a fraction is of `no_remat_peak`).
-        hold_gathered: hold units from forward to backward where the budget has room (`ShardedOptions`).
     """
 
     units: CapturedUnits
     no_remat_peak: int
     budget: int
-    hold_gathered: bool
-
-    def use(self, schedule: Schedule) -> UnitUse:
-        """The units' use in `schedule`: FSDP2's, with the units held from forward to backward that fit the
-        budget (`checkmate.sharded.holds`)."""
-        if not self.hold_gathered:
-            return self.units.use
-        return hold_gathered(schedule, self.units.use, self.units.sizes, self.budget)
 
     def peak(self, schedule: Schedule) -> int:
-        """The per-rank peak of `schedule` with the units' calls placed (`checkmate.sharded.memory.sharded_peak`)."""
-        return sharded_peak(schedule, self.use(schedule), self.units.sizes)
+        """The per-rank peak of `schedule` with the units' calls placed where its plan gathers them
+        (`checkmate.sharded.memory.sharded_peak`)."""
+        return sharded_peak(schedule, self.units.use, self.units.sizes)
 
 
 @dataclass(frozen=True)
@@ -157,13 +154,13 @@ class UnitCalls:
 
     def __call__(self, lowering: Lowering) -> Lowering:
         schedule = lowering.schedule
-        use = self.placement.use(schedule)
+        use = self.placement.units.use
         sizes = self.placement.units.sizes
         steps = tuple(
             Call(f"{step.action.value} unit {step.unit} ({self.names[step.unit]!r})", functools.partial(self.act, step))
             if isinstance(step, UnitCall)
             else step
-            for step in place_unit_calls(lowering.steps, use)
+            for step in place_unit_calls(lowering.steps, use, _presence(schedule, sizes))
         )
         held = tuple(
             before + units for before, units in zip(lowering.held, held_at_computes(schedule, use, sizes), strict=True)
@@ -226,6 +223,7 @@ class Sharded:
             settings,
             self.group,
             prefetch_gathers=self.options.prefetch_gathers,
+            hold_gathered=self.options.hold_gathered,
         )
         placed = self._with_unit_calls(planned)
         generate_step_function(placed, settings)
@@ -239,10 +237,10 @@ class Sharded:
             prefetch_gathers=self.options.prefetch_gathers,
             gradient_memory=self.gradient_memory,
         )
-        no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S)
+        no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S, compiled.no_remat.presence)
         no_remat_peak = sharded_peak(no_remat, units_of_capture.use, units_of_capture.sizes)
         budget = resolve_budget(compiled.plan.budget or 1.0, no_remat_peak)
-        placement = UnitPlacement(units_of_capture, no_remat_peak, budget, self.options.hold_gathered)
+        placement = UnitPlacement(units_of_capture, no_remat_peak, budget)
         names = tuple(unit.name for unit in self.units)
         program = compiled.program.with_passes(UnitCalls(placement, names, self._act))
         return dataclasses.replace(compiled, program=program)
@@ -274,12 +272,19 @@ class Sharded:
         return PlannedMemory(placement.no_remat_peak, placement.budget, placement.peak(compiled.schedule))
 
     def held_units(self, compiled: Compiled) -> tuple[int, ...]:
-        """The units (indices into `units`) that FSDP2 would free after their forward and `compiled`'s step keeps
-        gathered until their backward instead, since the budget has room for them (`checkmate.sharded.holds`):
-        one all-gather fewer each, per step."""
+        """The units (indices into `units`) that FSDP2 would free after their forward and gather again, and that
+        `compiled`'s plan keeps gathered from their forward to their backward instead (`checkmate.fetched`): one
+        all-gather fewer each, per step."""
         placement = _placement(compiled)
-        freed = placement.units.use.reshard_after_forward
-        return tuple(unit for unit in kept_gathered(placement.use(compiled.schedule)) if freed[unit])
+        use = placement.units.use
+        positions = unit_positions(compiled.schedule.steps, use)
+        twice = [unit for unit in positions.forward_reads if unit in positions.backward_reads]
+        gathers = fetches(compiled.schedule.presence) if compiled.schedule.presence.size else None
+        return tuple(
+            unit
+            for unit in sorted(twice)
+            if use.reshard_after_forward[unit] and gathers is not None and gathers[unit] == 1
+        )
 
     def _act(self, call: UnitCall) -> None:
         unit = self.units[call.unit]
@@ -296,6 +301,11 @@ class Sharded:
         elif call.action == REDUCE:
             assert self._gradients is not None
             self._gradients.reduce(call.unit)
+
+
+def _presence(schedule: Schedule, sizes: UnitBytes) -> np.ndarray | None:
+    """The plan's presence of each unit's parameters, or None for a plan without it (FSDP2's placement)."""
+    return schedule.presence if schedule.presence.shape[1:] == (len(sizes.parameters),) else None
 
 
 def _placement(compiled: Compiled) -> UnitPlacement:

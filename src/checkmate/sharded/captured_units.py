@@ -18,6 +18,7 @@ from torch import nn
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.captured import Captured
 from checkmate.errors import ShardedTrainingError
+from checkmate.fetched import FetchedValue
 from checkmate.options import GradientMemory
 from checkmate.sharded.memory import UnitBytes
 from checkmate.sharded.reads import unit_use
@@ -73,6 +74,35 @@ def captured_units(
     )
     sizes = _sizes(captured, units, unit_of, parameters, shards_made_at_reduce=gradient_memory == "when_made")
     return CapturedUnits(parameters, unit_of, use, sizes)
+
+
+def unit_fetches(
+    use: UnitUse, sizes: UnitBytes, stages: int, fetch_costs: Sequence[float], *, released_before_backward: bool
+) -> tuple[FetchedValue, ...]:
+    """Each unit's gathered parameters as a fetched value of the plan's graph (`checkmate.fetched`): read by the
+    nodes that read its parameters, last used by the last node that makes one of its gradients (its REDUCE
+    follows), its backward from the stage after the loss's, kept where FSDP2 does not reshard it after the forward,
+    released before the backward when the step must not hold it (`ShardedOptions.hold_gathered` off), each fetch at
+    `fetch_costs` (the graph's cost unit). A unit the step does not use is present in the last stage only."""
+    values = []
+    for unit, (memory, cost) in enumerate(zip(sizes.parameters, fetch_costs, strict=True)):
+        readers = tuple(node for node, units in enumerate(use.reads) if unit in units)
+        makers = [node for node, units in enumerate(use.gradients) if unit in units]
+        last_use = max([*readers, *makers], default=stages - 1)
+        kept = not use.reshard_after_forward[unit]
+        values.append(
+            FetchedValue(
+                name=f"unit {unit}",
+                memory=memory,
+                readers=readers,
+                fetch_cost=cost,
+                last_use=last_use,
+                backward_start=use.last_forward_stage + 1,
+                kept=kept,
+                released_before_backward=released_before_backward and not kept and bool(readers),
+            )
+        )
+    return tuple(values)
 
 
 def _sizes(

@@ -22,6 +22,10 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
   last three at its start. This is a rule of thumb, not a bound: `benchmarks/investigations/gloo_copies.py` follows
   every allocation of a step from its unit call to its free, and saw a buffer outlive its call by up to 18 calls.
 
+When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
+the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
+the present parameters out of the simulator's usage, to count them at the calls instead.
+
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to
 its end, so they are added from the next moment on) and counts the moments of the unit calls themselves, each on top
@@ -36,6 +40,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
 
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
@@ -84,8 +90,11 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
 
 
 def held_at_computes(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
-    """What the units hold beside the graph's usage at each compute step of `schedule`, in order."""
-    return tuple(moment.units for moment in _moments(schedule, use, sizes) if moment.compute)
+    """What the units hold beside the graph's usage (`Schedule.usage`) at each compute step of `schedule`, in order:
+    less than nothing where the plan's presence counts parameters in that usage that are not gathered yet."""
+    _, present = _planned_presence(schedule, sizes)
+    moments = _moments(schedule, use, sizes)
+    return tuple(moment.units - int(present[moment.stage]) for moment in moments if moment.compute)
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,9 @@ class StageMemory:
     first one).
 
     Attributes:
-        extras: per stage, the most the units hold beside the graph's own usage at any moment of it: the
-            `Graph.stage_held` that lets a solver see the units, estimated on the schedule.
+        extras: per stage, the most the units hold beside the graph's own usage at any moment of it, less the
+            parameters the plan's presence counts in that usage (never below 0): the `Graph.stage_held` that lets a
+            solver see the units, estimated on the schedule.
         peaks: per stage, the most bytes in use at any moment of it (`sharded_usage`).
     """
 
@@ -112,8 +122,9 @@ def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMem
     """The extras and peaks of each stage, from one replay of the sharded step."""
     stages = max((step.stage for step in schedule.steps), default=-1) + 1
     extras, peaks = [0] * stages, [0] * stages
+    _, present = _planned_presence(schedule, sizes)
     for stage, graph_part, units, _ in _moments(schedule, use, sizes):
-        extras[stage] = max(extras[stage], units)
+        extras[stage] = max(extras[stage], units - int(present[stage]))
         peaks[stage] = max(peaks[stage], graph_part + units)
     return StageMemory(tuple(extras), tuple(peaks))
 
@@ -123,7 +134,8 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     gathered = [False] * len(sizes.parameters)
     in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
-    steps = place_unit_calls(schedule.steps, use)
+    presence, present = _planned_presence(schedule, sizes)
+    steps = place_unit_calls(schedule.steps, use, presence)
     reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
     calls = [step for step in steps if isinstance(step, UnitCall)]
@@ -140,7 +152,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
 
     for step in steps:
         if isinstance(step, Compute):
-            before, stage = next(computes), step.stage
+            before, stage = next(computes) - int(present[step.stage]), step.stage
             yield Moment(stage, before, held(), True)  # the node's own gradients are in its workspace now
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
@@ -163,6 +175,20 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
                 reduce_buffer = sizes.gradients[step.unit]
                 if sizes.shards_made_at_reduce:
                     made_shards += sizes.gradient_shards[step.unit]
+
+
+def _planned_presence(schedule: Schedule, sizes: UnitBytes) -> tuple[np.ndarray | None, np.ndarray]:
+    """The plan's presence of the units' parameters (None: FSDP2's placement) and the bytes of the parameters
+    present in each stage, which `Schedule.usage` counts (`checkmate.fetched`) and the moments count at the units'
+    calls instead."""
+    stages = (
+        len(schedule.presence)
+        if schedule.presence.size
+        else 1 + max((step.stage for step in schedule.steps), default=0)
+    )
+    if schedule.presence.shape[1:] != (len(sizes.parameters),):
+        return None, np.zeros(stages, dtype=np.int64)
+    return schedule.presence, schedule.presence.astype(np.int64) @ np.array(sizes.parameters, dtype=np.int64)
 
 
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:

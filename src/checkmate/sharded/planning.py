@@ -12,12 +12,19 @@ capture's fixed memory (`checkmate.sharded.units.sharding_fixed_memory`).
 
 The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
-them. A fraction is of that peak without recomputation. The solver sees the units through the graph's `stage_held`:
-per stage, what they hold beside the graph's own usage in the step without recomputation
-(`checkmate.sharded.memory.StageMemory.extras`). A recomputing plan can move a unit's gather earlier than that; when the
-sharded peak of the plan found is over the budget, each stage where it is over takes the larger of the two estimates,
-that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share the method's
-`time_limit` (each what the ones before it left).
+them. A fraction is of that peak without recomputation.
+
+Each unit's gathered parameters are a fetched value of the plan's graph (`checkmate.fetched`,
+`checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
+unit is held from its forward to its backward or gathered again, and where recomputation gathers it, are decisions of
+the same search, each gather priced at its all-gather's time measured on the process group at compile time
+(`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput). The step then
+gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold (gather and
+reduce-scatter buffers, unsharded gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage,
+what they hold beside the graph's own usage in the step without recomputation
+(`checkmate.sharded.memory.StageMemory.extras`). A plan can move those; when the sharded peak of the plan found is over
+the budget, each stage where it is over takes the larger of the two estimates, that one and the plan's, and the graph is
+solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
@@ -25,17 +32,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
+from checkmate.graph import Graph
+from checkmate.options import CostModel
 from checkmate.sharded.agreement import agree_on_plan
-from checkmate.sharded.captured_units import captured_units
+from checkmate.sharded.captured_units import captured_units, unit_fetches
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.simulate import lower
@@ -56,9 +67,11 @@ def plan_sharded(
     group: Any,
     *,
     prefetch_gathers: bool,
+    hold_gathered: bool,
 ) -> Compiled:
     """Capture and plan the step of the unsharded model on every rank, and run rank 0's plan everywhere;
-    `prefetch_gathers` says whether the step starts each unit's all-gather early (`checkmate.sharded.timeline`).
+    `prefetch_gathers` says whether the step starts each unit's all-gather early (`checkmate.sharded.timeline`),
+    `hold_gathered` whether the plan may keep a unit FSDP2 reshards after its forward gathered until its backward.
 
     A collective call: every rank of `group` must make it, with a batch of the same shapes.
 
@@ -67,6 +80,8 @@ def plan_sharded(
         ShardedTrainingError: the ranks captured different steps.
     """
     device = fsdp2.device(units[0].group)
+    fetch_seconds = gather_seconds(units)
+    log.info("all-gather per unit: %s ms", ", ".join(f"{1000 * took:.2f}" for took in fetch_seconds))
     with gathered(units):
         plain = fsdp2.plain_copy(model)
         gradient_memory = settings.capture.gradient_memory
@@ -79,7 +94,9 @@ def plan_sharded(
             format_bytes(held - change),
         )
         compiled = on_every_rank(
-            lambda: _plan_within_budget(plain, units, loss_fn, batch, settings, change, prefetch_gathers),
+            lambda: _plan_within_budget(
+                plain, units, loss_fn, batch, settings, change, prefetch_gathers, hold_gathered, fetch_seconds
+            ),
             group,
             device,
             what="planning the sharded step",
@@ -98,6 +115,8 @@ def _plan_within_budget(
     settings: Settings,
     fixed_memory: int,
     prefetch_gathers: bool,
+    hold_gathered: bool,
+    fetch_seconds: Sequence[float],
 ) -> Compiled:
     """This rank's plan whose sharded peak fits the budget (see the module doc).
 
@@ -116,8 +135,18 @@ def _plan_within_budget(
     units_of_capture = captured_units(
         no_remat.captured, units, prefetch_gathers=prefetch_gathers, gradient_memory=settings.capture.gradient_memory
     )
+    graph = no_remat.captured.graph
     if settings.capture.gradient_memory == "when_made":
-        no_remat = _gradients_until_reduce(no_remat, units_of_capture.sizes.made)
+        graph = _gradients_until_reduce(graph, units_of_capture.sizes.made)
+    fetch_costs = _in_cost_unit(fetch_seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
+    fetched = unit_fetches(
+        units_of_capture.use,
+        units_of_capture.sizes,
+        graph.size,
+        fetch_costs,
+        released_before_backward=not hold_gathered,
+    )
+    no_remat = _with_graph(no_remat, dataclasses.replace(graph, fetched=fetched))
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
@@ -148,12 +177,11 @@ def _plan_within_budget(
     )
 
 
-def _gradients_until_reduce(no_remat: Compiled, made: Sequence[dict[int, int]]) -> Compiled:
-    """`no_remat` whose graph does not retain the gradients its nodes make (a capture with `gradient_memory=
-    "when_made"` holds each to the end of the step): a sharded step holds a unit's unsharded gradients only until
-    its REDUCE, which `checkmate.sharded.memory` counts from the moment after the node that makes each; at that node's
-    own moment they count in its workspace, as a capture for `.grad`s held through the step counts them."""
-    graph = no_remat.captured.graph
+def _gradients_until_reduce(graph: Graph, made: Sequence[dict[int, int]]) -> Graph:
+    """`graph` not retaining the gradients its nodes make (a capture with `gradient_memory="when_made"` holds each
+    to the end of the step): a sharded step holds a unit's unsharded gradients only until its REDUCE, which
+    `checkmate.sharded.memory` counts from the moment after the node that makes each; at that node's own moment they
+    count in its workspace, as a capture for `.grad`s held through the step counts them."""
     nodes = []
     for node, unsharded in zip(graph.nodes, made, strict=True):
         made_bytes = sum(unsharded.values())
@@ -167,7 +195,11 @@ def _gradients_until_reduce(no_remat: Compiled, made: Sequence[dict[int, int]]) 
             if made_bytes
             else node
         )
-    graph = dataclasses.replace(graph, nodes=tuple(nodes))
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _with_graph(no_remat: Compiled, graph: Graph) -> Compiled:
+    """`no_remat` planned again on `graph`, a graph of the same nodes with other sizes or fetched values."""
     plan = solve(graph, None, method="checkpoint_all")
     return dataclasses.replace(
         no_remat,
@@ -176,6 +208,55 @@ def _gradients_until_reduce(no_remat: Compiled, made: Sequence[dict[int, int]]) 
         no_remat=plan,
         schedule=lower(graph, plan.R, plan.S, plan.presence),
     )
+
+
+GATHER_TIMINGS = 5  # timed all-gathers per unit, after one that pays for the buffers
+
+
+def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
+    """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `GATHER_TIMINGS`, after one
+    untimed. A collective call: every rank gathers the units in the same order."""
+    device = fsdp2.device(units[0].group)
+    seconds = []
+    for unit in units:
+        took = []
+        for _ in range(GATHER_TIMINGS + 1):
+            _synchronize(device)
+            started = time.perf_counter()
+            unit.module.unshard()
+            _synchronize(device)
+            took.append(time.perf_counter() - started)
+            unit.module.reshard()
+        seconds.append(statistics.median(took[1:]))
+    return tuple(seconds)
+
+
+THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
+
+
+def _in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch.device) -> tuple[float, ...]:
+    """Times in the graph's cost unit: seconds as they are ("profile"), FLOPs at the device's matrix-product
+    throughput, measured here ("flops"), nothing for the "unit" model (every node costs 1, a test model)."""
+    if cost_model == "profile":
+        return tuple(seconds)
+    if cost_model == "unit":
+        return (0.0,) * len(seconds)
+    side = THROUGHPUT_SIZE
+    left, right = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
+    took = []
+    for _ in range(GATHER_TIMINGS + 1):
+        _synchronize(device)
+        started = time.perf_counter()
+        torch.mm(left, right)
+        _synchronize(device)
+        took.append(time.perf_counter() - started)
+    flops_per_second = 2 * side**3 / statistics.median(took[1:])
+    return tuple(flops_per_second * each for each in seconds)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 @contextlib.contextmanager

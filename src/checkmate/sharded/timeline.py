@@ -22,8 +22,9 @@ the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank 
 same order. A REDUCE runs FSDP2's post-backward, which issues the reduce-scatter on FSDP2's reduce-scatter stream
 (CUDA: the steps after it overlap it; CPU: it is synchronous, as in eager FSDP2).
 
-Which units are freed after their forward is `UnitUse.reshard_after_forward`: FSDP2's setting, with the holds
-`checkmate.sharded.holds` chooses.
+Which units are freed after their forward and gathered again is the plan's decision: the presence of each unit's
+parameters, a fetched value of the plan's graph (`checkmate.fetched`; `checkmate.sharded.planning`), whose runs of
+stages each get one gather. Without a presence, FSDP2's own rule: `UnitUse.reshard_after_forward`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from checkmate.execute.codegen import ScheduleItem
 from checkmate.simulate import Compute
@@ -113,14 +116,25 @@ def unit_positions(steps: Sequence[ScheduleItem], use: UnitUse) -> UnitPositions
     return UnitPositions(forward_reads, backward_reads, last)
 
 
-def place_unit_calls(steps: Sequence[ScheduleItem], use: UnitUse) -> tuple[ScheduleItem, ...]:
-    """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc)."""
+def place_unit_calls(
+    steps: Sequence[ScheduleItem], use: UnitUse, presence: np.ndarray | None = None
+) -> tuple[ScheduleItem, ...]:
+    """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc):
+    FSDP2's placement, or, given the plan's `presence` (bool[T, units], `checkmate.fetched`), one gather per run of
+    stages where a unit is present and read, before its first read there, and a free after its last read there,
+    but the last run's, which the unit's REDUCE ends."""
     positions = unit_positions(steps, use)
     before: dict[int, list[UnitCall]] = {}
     after: dict[int, list[UnitCall]] = {}
     for unit in sorted(positions.last):
         forward, backward = positions.forward_reads.get(unit, []), positions.backward_reads.get(unit, [])
-        if use.reshard_after_forward[unit] and forward:
+        if presence is not None:
+            for run, reads in _reads_by_run(steps, [*forward, *backward], presence[:, unit]):
+                if reads:
+                    before.setdefault(reads[0], []).append(UnitCall(GATHER, unit))
+                    if not run.final:
+                        after.setdefault(reads[-1], []).append(UnitCall(FREE, unit))
+        elif use.reshard_after_forward[unit] and forward:
             before.setdefault(forward[0], []).append(UnitCall(GATHER, unit))
             after.setdefault(forward[-1], []).append(UnitCall(FREE, unit))
             if backward:
@@ -134,6 +148,42 @@ def place_unit_calls(steps: Sequence[ScheduleItem], use: UnitUse) -> tuple[Sched
         placed.append(step)
         placed += after.get(position, [])
     return _with_prefetches(placed) if use.prefetch_gathers else tuple(placed)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Stages first..last where a unit is present; `final`: the last such run."""
+
+    first: int
+    last: int
+    final: bool
+
+
+def _reads_by_run(
+    steps: Sequence[ScheduleItem], reads: Sequence[int], present: np.ndarray
+) -> list[tuple[_Run, list[int]]]:
+    """Each run of stages where `present`, with the positions among `reads` whose step runs in it.
+
+    Raises:
+        ValueError: a read runs in a stage where the unit is not present (the plan's presence does not cover it).
+    """
+    stages = np.flatnonzero(present)
+    breaks = np.flatnonzero(np.diff(stages) > 1)
+    firsts = [int(stage) for stage in np.concatenate([stages[:1], stages[breaks + 1]])]
+    lasts = [int(stage) for stage in np.concatenate([stages[breaks], stages[-1:]])]
+    runs = [
+        _Run(first, last, index == len(firsts) - 1)
+        for index, (first, last) in enumerate(zip(firsts, lasts, strict=True))
+    ]
+    grouped: list[tuple[_Run, list[int]]] = [(run, []) for run in runs]
+    for position in sorted(reads):
+        step = steps[position]
+        assert isinstance(step, Compute)
+        inside = [group for run, group in grouped if run.first <= step.stage <= run.last]
+        if not inside:
+            raise ValueError(f"a step of stage {step.stage} reads a unit the plan does not hold there")
+        inside[0].append(position)
+    return grouped
 
 
 def _with_prefetches(placed: Sequence[ScheduleItem]) -> tuple[ScheduleItem, ...]:
