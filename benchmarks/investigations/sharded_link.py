@@ -10,8 +10,11 @@ bytes / bandwidth per collective. Then the step: the model of `benchmarks/sharde
 `fully_shard` on each block and on the root), ours at budget 1.0 without prefetching (each GATHER and REDUCE then
 runs its collective where it stands), each unit call timed over `--steps` steps (per rank the median; of the ranks
 the smaller, since the rank that reaches a collective last waits least for the other), beside what the fit predicts
-for its unit's shard bytes. A unit call does more than its collective (FSDP2 copies the shards
-in and out, a REDUCE divides and accumulates), which the difference shows.
+for its unit's shard bytes, and beside what the plan priced it at (`planned`: a unit's all-gather as
+`checkmate.sharded.planning.gather_seconds` measured it at compile time, the plan's fetch cost; a reduce-scatter runs
+once per unit and step whatever the plan, so the plan does not price it), and the step's gathers together. A unit call
+does more than its collective (FSDP2 copies the shards in and out, a REDUCE divides and accumulates), which the
+difference shows.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 import checkmate
+from checkmate.fetched import fetch_cost, fetches
 from checkmate.options import ShardedOptions
 from checkmate.sharded import Sharded
 from checkmate.sharded.timeline import GATHER, REDUCE, UnitCall
@@ -93,7 +97,7 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
         fits[name] = (float(latency), float(per_byte))
         rows += [
             {"kind": "bare", "collective": name, "shard_bytes": size, "measured": each,
-             "predicted": latency + per_byte * size}
+             "predicted": latency + per_byte * size, "planned": None}
             for size, each in zip(arguments.sizes, medians, strict=True)
         ]  # fmt: skip
     base, loss_fn, batch = gpt2(SIZES["full"])
@@ -108,6 +112,7 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
     units = step.distribution.units
     step(*batch)
     durations: dict[tuple[str, int], list[float]] = defaultdict(list)
+    step_gathers = []
     for _ in range(arguments.steps):
         model.zero_grad(set_to_none=True)
         calls.clear()
@@ -116,6 +121,8 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
         for call, duration in calls:
             if call.action in (GATHER, REDUCE):
                 durations[(call.action.value, call.unit)].append(duration)
+        step_gathers.append(sum(duration for call, duration in calls if call.action == GATHER))
+    planned = [value.fetch_cost for value in step.graph.fetched]  # seconds: the profile cost model
     for (action, unit), timings in sorted(durations.items()):
         name = "all-gather" if action == GATHER.value else "reduce-scatter"
         shard_bytes = units[unit].shard_bytes if action == GATHER.value else units[unit].gradient_shard_bytes
@@ -123,8 +130,15 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
         rows.append({
             "kind": f"{action} unit {unit} ({units[unit].name or 'root'})", "collective": name,
             "shard_bytes": shard_bytes, "measured": _min_over_ranks(statistics.median(timings)),
-            "predicted": latency + per_byte * shard_bytes,
+            "predicted": latency + per_byte * shard_bytes, "planned": planned[unit] if action == GATHER.value else None,
         })  # fmt: skip
+    gathers = fetches(step.compiled.schedule.presence)
+    rows.append({
+        "kind": f"the step's {int(gathers.sum())} gathers", "collective": "all-gather",
+        "shard_bytes": sum(int(count) * unit.shard_bytes for count, unit in zip(gathers, units, strict=True)),
+        "measured": _min_over_ranks(statistics.median(step_gathers)), "predicted": None,
+        "planned": fetch_cost(step.graph.fetched, step.compiled.schedule.presence),
+    })  # fmt: skip
     hand_rows(directory, rows if rank == 0 else [])
 
 
@@ -132,11 +146,23 @@ def measure(arguments: argparse.Namespace) -> Iterator[Row]:
     return ranks_rows(_worker, arguments)
 
 
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:.3f}"
+
+
+def _ratio(measured: float, other: float | None) -> str:
+    return "—" if other is None else f"{measured / other:.2f}"
+
+
 def render(stored: Stored) -> str:
-    header = ["what", "collective", "shard KiB", "measured ms", "predicted ms", "measured / predicted"]
+    header = [
+        "what", "collective", "shard KiB", "measured ms", "fit ms", "measured / fit", "planned ms",
+        "measured / planned",
+    ]  # fmt: skip
     lines = [
-        [row["kind"], row["collective"], f"{row['shard_bytes'] / 1024:.0f}", f"{row['measured'] * 1e3:.3f}",
-         f"{row['predicted'] * 1e3:.3f}", f"{row['measured'] / row['predicted']:.2f}"]
+        [row["kind"], row["collective"], f"{row['shard_bytes'] / 1024:.0f}", _ms(row["measured"]),
+         _ms(row["predicted"]), _ratio(row["measured"], row["predicted"]), _ms(row.get("planned")),
+         _ratio(row["measured"], row.get("planned"))]
         for row in stored.rows
     ]  # fmt: skip
     return markdown_table(header, lines)

@@ -92,6 +92,11 @@ class Graph:
         return np.array([node.cost for node in self.nodes], dtype=np.float64)
 
     @cached_property
+    def least_cost(self) -> float:
+        """The cost no plan goes below: every node once, every fetched value fetched once (`checkmate.fetched`)."""
+        return float(self.costs.sum()) + sum(value.fetch_cost for value in self.fetched)
+
+    @cached_property
     def recompute_costs(self) -> np.ndarray:
         """float64[n]: compute cost of each node when recomputed (a stage after its own)."""
         return np.array(

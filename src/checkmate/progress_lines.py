@@ -35,7 +35,8 @@ _handler: logging.Handler | None = None
 
 def describe(snapshot: Progress, base_cost: float) -> str:
     """One progress line: "planning 10 s of 120 s (MILP): best plan +23.1 % extra compute, bound +18.0 %, gap
-    4.1 %"; `base_cost` is what computing each node once costs (extra compute is over it)."""
+    4.1 %"; `base_cost` is what computing each node once (and fetching each fetched value once) costs (extra compute
+    is over it)."""
 
     def extra(cost: float | None) -> str:
         if cost is None:

@@ -111,7 +111,7 @@ def _planned(graph: Graph, budget_bytes: int | None, method: str, options: dict[
         progress = options.pop("progress", None)
         interval = options.pop("progress_interval", INTERVAL)
         control = SearchControl(time_limit=options.pop("time_limit", None), callback=progress or None)
-        lines = progress_lines(control, float(graph.costs.sum()), interval=interval) if progress is None else None
+        lines = progress_lines(control, graph.least_cost, interval=interval) if progress is None else None
         with stop_on_interrupt(control), lines or contextlib.nullcontext():
             return call_strategy(method, graph, budget_bytes, {**options, "control": control})
     return call_strategy(method, graph, budget_bytes, _method_options(method, options))

@@ -69,7 +69,7 @@ class ClosureBound:
 
     Attributes:
         bound: a proven lower bound on the cost of any plan within the budget, in the graph's cost units; never
-            below graph.costs.sum() (every node once).
+            below graph.least_cost (every node once).
         stage: the stage whose MILP gave it, or None when no stage raised it above every node once.
         proven: True when every stage tried was solved to optimality (a stage stopped by the clock counts its dual
             bound, which is valid but may be lower).
@@ -120,7 +120,7 @@ def closure_bound(
         raise _infeasible(
             graph, budget, f"node {stage} ({graph.nodes[stage].name!r}) needs more with its inputs and workspace"
         )
-    every_node_once = float(graph.costs.sum())
+    every_node_once = graph.least_cost
     best, best_stage, proven = 0.0, None, True
     answer: tuple[np.ndarray, np.ndarray] | None = None
     for stage in tightest_stages(graph, budget, stages):

@@ -55,7 +55,7 @@ def relaxation(
         return Relaxation(None, None)
     scale = relaxed_scale(memory_scale(graph), graph)
     problem, index = encode(graph, scale.budget_units(budget, graph.fixed_memory), scale)
-    trivial = float(graph.costs.sum())
+    trivial = graph.least_cost
     if too_little_time(time_limit, problem.num_variables, load_seconds_per_variable):
         log.info(
             "the LP relaxation (%d variables) was not solved: %.2f s is too little", problem.num_variables, time_limit

@@ -88,7 +88,7 @@ class RetentionBound:
 
     Attributes:
         bound: a proven lower bound on the cost of any plan within the budget, in the graph's cost units; never
-            below graph.costs.sum() (every node once). When the MILP stops at its time limit this is its proven
+            below graph.least_cost (every node once). When the MILP stops at its time limit this is its proven
             dual bound, so it is valid but may be weaker than the MILP's optimum.
         proven: True when the MILP was solved to optimality (then `bound` is its optimum): the one with the input
             cover wherever the cover adds anything (skipped for lack of time, it leaves this False).
@@ -149,7 +149,7 @@ def retention_bound(
     if too_little_time(time_limit, encoded.problem.A.nnz, PRESOLVE_SECONDS_PER_NONZERO):
         presolve = encoded.problem.A.nnz * PRESOLVE_SECONDS_PER_NONZERO
         log.info("retention bound not solved: %.2f s is too little to presolve its MILP (%.2f s)", time_limit, presolve)
-        return RetentionBound(float(graph.costs.sum()), False, time.perf_counter() - started, None, None)
+        return RetentionBound(graph.least_cost, False, time.perf_counter() - started, None, None)
     plain = _solved(
         graph, budget, encoded, SolveOptions(time_limit=time_limit, should_stop=should_stop, interrupted=interrupted)
     )
@@ -189,7 +189,7 @@ def retention_bound(
     )
     solved_to_the_end = len(answers) == 3 or not (adds_rows or (cover and covered is None))
     return RetentionBound(
-        float(graph.costs.sum()) + best.extra,
+        graph.least_cost + best.extra,
         answers[-1].proven and solved_to_the_end,
         time.perf_counter() - started,
         plain.held,

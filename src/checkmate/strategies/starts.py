@@ -87,7 +87,7 @@ def starting_plans(
         improving = clock.child(clock.share(policy.baseline_improvement_share))
         plans.append(hold_more(graph, first, budget, improving, method=method, policy=policy))
         clock.report(phase, cost=plans[-1].cost)
-    bound = float(graph.costs.sum())
+    bound = graph.least_cost
     bound_is_final = False
 
     def failure() -> Exception:
