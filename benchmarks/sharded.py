@@ -67,9 +67,11 @@ import checkmate
 import timing
 from checkmate import zoo
 from checkmate.execute.memory import storage_bytes
+from checkmate.fetched import fetches
 from checkmate.files import write_file
 from checkmate.options import CostModel, ShardedOptions, choices
 from checkmate.torch_capture.allocator import allocator_peak
+from checkmate.training.compiled import CompiledStep
 from peers_tools import SAC_POLICIES
 from rows import Row, Stored, add_row_arguments, measure_or_load
 
@@ -335,11 +337,18 @@ def interleaved_medians(configs: list[Config], repeats: int) -> list[float | Non
     return [medians.get(index) for index in range(len(configs))]
 
 
+def _gathers(step: CompiledStep) -> int | None:
+    """How many all-gathers ours' step makes: the plan's decision (`checkmate.fetched`)."""
+    presence = step.compiled.schedule.presence
+    return int(fetches(presence).sum()) if presence.size else None
+
+
 def _ours_fields(config: Config, seconds: float | None) -> Row:
     report = None if config.step is None else config.step.report()
     return {
         "ours_budget": None if report is None else report.budget,
         "ours_planned": None if report is None else report.planned_peak,
+        "ours_gathers": None if config.step is None else _gathers(config.step),
         "ours_peak": config.peak,
         "ours_ms": None if seconds is None else seconds * 1e3,
         "ours_grad_diff": config.grad_diff,
@@ -442,9 +451,10 @@ def _line(row: Row, eager_ms: float | None) -> str:
     step_ms = "—" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
     ours_ms = "—" if row["ours_ms"] is None else f"{row['ours_ms']:.1f}"
     note = f" {row['ours_note']}" if row["ours_note"] else ""
+    gathers = "—" if row.get("ours_gathers") is None else str(row["ours_gathers"])
     return (
         f"| {row['config']} | {_mib(row['peak'])} | {step_ms} | {_mib(row['ours_budget'])} | "
-        f"{_mib(planned)} | {_mib(measured)} | {share} | {ours_ms} | {ratio}{note} | "
+        f"{_mib(planned)} | {_mib(measured)} | {share} | {gathers} | {ours_ms} | {ratio}{note} | "
         f"{_grads(row['grad_diff'])}; ours {_grads(row['ours_grad_diff'])} |"
     )
 
@@ -472,8 +482,9 @@ def render(stored: Stored) -> str:
         tables.append(
             f"### {model}, 2 ranks (gloo, CPU)\n\n"
             "| configuration | per-rank peak MiB | step ms | ours' budget MiB | ours' planned peak MiB "
-            "| ours' measured peak MiB | measured/planned | ours ms | ours/peer | grads = eager FSDP2 |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n"
+            "| ours' measured peak MiB | measured/planned | ours' gathers | ours ms | ours/peer "
+            "| grads = eager FSDP2 |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(_line(row, eager_ms) for row in rows)
             + "\n\n"
             + "\n".join(_summary(rows))

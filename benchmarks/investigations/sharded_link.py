@@ -34,10 +34,11 @@ import torch
 import torch.distributed as dist
 
 import checkmate
-from checkmate.fetched import fetch_cost, fetches
+from checkmate.fetched import fetches
 from checkmate.options import ShardedOptions
 from checkmate.sharded import Sharded
 from checkmate.sharded.timeline import GATHER, REDUCE, UnitCall
+from checkmate.simulate import fetch_time
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
@@ -137,7 +138,7 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
         "kind": f"the step's {int(gathers.sum())} gathers", "collective": "all-gather",
         "shard_bytes": sum(int(count) * unit.shard_bytes for count, unit in zip(gathers, units, strict=True)),
         "measured": _min_over_ranks(statistics.median(step_gathers)), "predicted": None,
-        "planned": fetch_cost(step.graph.fetched, step.compiled.schedule.presence),
+        "planned": fetch_time(step.graph, step.plan.R, step.compiled.schedule.presence),
     })  # fmt: skip
     hand_rows(directory, rows if rank == 0 else [])
 

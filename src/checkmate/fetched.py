@@ -13,9 +13,11 @@ fetched value is present (`presence`, bool[T, F]); a stage where it becomes pres
 * `released_before_backward`: absent at `backward_start` (the unit is freed after its forward and gathered again).
 
 The memory model: a present value holds `memory` bytes at every moment of the stage (the simulator, the MILP and the
-bounds count it so). The time model: each fetch costs `fetch_cost` in the graph's cost unit, added to the compute
-cost; fetches are not assumed to overlap compute (on CPU ranks the copies in and out of a collective run on the
-same cores as compute, `benchmarks/investigations/sharded_link.py`).
+bounds count it so). The time model: the fetches that make values present in stage t take the sum of their
+`fetch_cost`s (one link, one fetch after another); they start in the stage before (a prefetch) and hide behind a
+fraction of its compute, the graph's `fetch_overlap`; the rest is exposed and adds to the step's time
+(`exposed_fetch_time`: sum over t of max(0, fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap`
+0, every fetch is exposed (on CPU ranks a collective's copies in and out run on the cores compute uses).
 
 `default_presence` is FSDP2's own rule (fetched for the forward reads, freed, fetched again for the backward),
 the presence of every plan whose strategy does not decide it.
@@ -99,10 +101,20 @@ def fetches(presence: np.ndarray) -> np.ndarray:
     return (presence & ~before).sum(axis=0).astype(np.int64)
 
 
-def fetch_cost(values: tuple[FetchedValue, ...], presence: np.ndarray) -> float:
-    """The time of the presence's fetches, in the graph's cost unit."""
+def fetch_times(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:
+    """float64[T]: the time of the fetches that make values present in each stage, in the graph's cost unit."""
     costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
-    return float(costs @ fetches(presence))
+    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
+    return (presence & ~before).astype(np.float64) @ costs
+
+
+def exposed_fetch_time(
+    values: tuple[FetchedValue, ...], presence: np.ndarray, stage_compute: np.ndarray, overlap: float
+) -> float:
+    """The fetches' time not hidden behind compute (module doc): `stage_compute` is the compute of each stage,
+    `overlap` the fraction of the stage before a fetch's that hides it."""
+    hidden = overlap * np.concatenate([[0.0], stage_compute[:-1]])
+    return float(np.maximum(fetch_times(values, presence) - hidden, 0.0).sum())
 
 
 def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:

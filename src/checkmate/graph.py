@@ -68,12 +68,15 @@ class Graph:
             Counted in every moment of the stage, through `retained_through`.
         fetched: values held elsewhere and fetched for the nodes that read them (an FSDP2 unit's parameters): a
             plan decides in which stages each is present (`checkmate.fetched`).
+        fetch_overlap: the fraction of a stage's compute that the fetches of the next stage run beside, hidden
+            (0: every fetch adds its time to the step; `checkmate.fetched`).
     """
 
     nodes: tuple[Node, ...]
     fixed_memory: int = 0
     stage_held: tuple[int, ...] = ()
     fetched: tuple[FetchedValue, ...] = ()
+    fetch_overlap: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -93,8 +96,10 @@ class Graph:
 
     @cached_property
     def least_cost(self) -> float:
-        """The cost no plan goes below: every node once, every fetched value fetched once (`checkmate.fetched`)."""
-        return float(self.costs.sum()) + sum(value.fetch_cost for value in self.fetched)
+        """The cost no plan goes below: every node once, and every fetched value fetched once when no fetch can hide
+        behind compute (`checkmate.fetched`)."""
+        exposed = sum(value.fetch_cost for value in self.fetched) if self.fetch_overlap == 0 else 0.0
+        return float(self.costs.sum()) + exposed
 
     @cached_property
     def recompute_costs(self) -> np.ndarray:
@@ -183,6 +188,8 @@ class Graph:
             data["stage_held"] = list(self.stage_held)
         if self.fetched:
             data["fetched"] = [dataclasses.asdict(value) for value in self.fetched]
+        if self.fetch_overlap:
+            data["fetch_overlap"] = self.fetch_overlap
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -203,6 +210,7 @@ class Graph:
             fixed_memory=_whole_bytes(data.get("fixed_memory", 0)),
             stage_held=stage_held,
             fetched=fetched,
+            fetch_overlap=data.get("fetch_overlap", 0.0),
         )
 
 
@@ -227,7 +235,7 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
-_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched")
+_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap")
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
 _NODE_KEYS = (
     "name",
@@ -293,6 +301,9 @@ def _fetched_from_dict(index: int, entry: Any) -> FetchedValue:
 
 def _validate_fetched(graph: Graph) -> None:
     T = len(graph.nodes)
+    overlap = graph.fetch_overlap
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
+        raise InvalidGraph(f"fetch_overlap must be a number in [0, 1], got {overlap!r}")
     for index, value in enumerate(graph.fetched):
         label = f"fetched value {index} ({value.name!r})"
         if not _is_byte_count(value.memory):

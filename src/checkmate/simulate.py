@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from checkmate.errors import InvalidSchedule
-from checkmate.fetched import check_presence, default_presence, fetch_cost, present_bytes
+from checkmate.fetched import check_presence, default_presence, exposed_fetch_time, present_bytes
 from checkmate.graph import Graph
 
 
@@ -148,7 +148,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
             steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
         live -= drops
         current -= int(memory @ drops)
-    cost = plan_cost(graph, R) + fetch_cost(graph.fetched, presence)
+    cost = plan_cost(graph, R) + fetch_time(graph, R, presence)
     return Schedule(tuple(steps), cost, max(usage), tuple(usage), presence)
 
 
@@ -161,6 +161,21 @@ def plan_cost(graph: Graph, R: np.ndarray) -> float:
     runs = R.sum(axis=0)
     again = runs - np.diagonal(R)
     return float(graph.costs @ runs - (graph.costs - graph.recompute_costs) @ again)
+
+
+def stage_compute(graph: Graph, R: np.ndarray) -> np.ndarray:
+    """float64[T]: the compute of each stage, (1a) summed per stage t (`plan_cost` is their sum)."""
+    T = graph.size
+    prices = np.where(np.eye(T, dtype=bool), graph.costs[None, :], graph.recompute_costs[None, :])
+    return (R.astype(np.float64) * prices).sum(axis=1)
+
+
+def fetch_time(graph: Graph, R: np.ndarray, presence: np.ndarray) -> float:
+    """The time of the fetches of the graph's fetched values that compute does not hide
+    (`checkmate.fetched.exposed_fetch_time`)."""
+    if not graph.fetched:
+        return 0.0
+    return exposed_fetch_time(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

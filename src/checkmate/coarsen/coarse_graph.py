@@ -73,7 +73,13 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
         )
         for value in graph.fetched
     )
-    coarse = Graph(tuple(nodes), fixed_memory=graph.fixed_memory, stage_held=stage_held, fetched=fetched)
+    coarse = Graph(
+        tuple(nodes),
+        fixed_memory=graph.fixed_memory,
+        stage_held=stage_held,
+        fetched=fetched,
+        fetch_overlap=graph.fetch_overlap,
+    )
     return Coarsening(graph, partition, coarse, exported)
 
 

@@ -15,12 +15,12 @@ Variables (only those that can be nonzero are created):
         after the stage's last computation and so never matters), created only when R[t, k] exists and node t is
         not a user of i (that user would be a hazard fixed to 1).
     G[t, v], A[t, v] per fetched value v (`Graph.fetched`, `checkmate.fetched`) and stage t: G = 1 when v is present
-        in stage t, A >= G[t, v] - G[t-1, v] its fetch there (continuous; 1 at an optimum exactly where v becomes
-        present). G[t, v] >= R[t, i] for each reader i; G[t, v] <= G[t+1, v] from v's backward_start to its last
-        use, G = 1 there and 0 after (so no reader runs after it: a restriction of `checkmate.fetched`'s rules);
-        kept values G = 1 from their first reader to the last use; a value released before the backward G = 0 at
-        its backward_start. v's bytes join U[t, 0] (eq. 2) and so every U[t, k] of the stage, and each fetch costs
-        v's fetch_cost in (1a). Not part of the paper.
+        in stage t, A >= G[t, v] - G[t-1, v] its fetch there (continuous). G[t, v] >= R[t, i] for each reader i;
+        G[t, v] <= G[t+1, v] from v's backward_start to its last use, G = 1 there and 0 after (so no reader runs
+        after it: a restriction of `checkmate.fetched`'s rules); kept values G = 1 from their first reader to the
+        last use; a value released before the backward G = 0 at its backward_start. v's bytes join U[t, 0] (eq. 2)
+        and so every U[t, k] of the stage. E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0:
+        the fetch time of stage t that the compute of stage t - 1 does not hide, added to (1a). Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
 FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
 the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.fetched import default_presence
+from checkmate.fetched import default_presence, fetch_times
 from checkmate.graph import Graph
 from checkmate.milp.problem import MilpProblem
 from checkmate.milp.scaling import MemoryScale
@@ -46,7 +46,8 @@ class VariableIndex:
     R_col, S_col, U_col are int64[T, T] column numbers, -1 where no variable exists. FREE variable f
     belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
     variable later_free[p] with R[free_stage, later_user[p]]. G_col and A_col are int64[T, F], the presence and
-    the fetch of each fetched value in each stage.
+    the fetch of each fetched value in each stage; E_col int64[T] (empty without fetched values) the exposed fetch
+    time of each stage.
     """
 
     T: int
@@ -60,13 +61,14 @@ class VariableIndex:
     later_user: np.ndarray
     G_col: np.ndarray
     A_col: np.ndarray
+    E_col: np.ndarray
     scale: MemoryScale
     budget_units: float
 
     @property
     def num_variables(self) -> int:
-        if self.A_col.size:
-            return int(self.A_col.max()) + 1
+        if self.E_col.size:
+            return int(self.E_col.max()) + 1
         return int(self.free_col[-1]) + 1 if self.free_col.size else int(self.U_col.max()) + 1
 
 
@@ -334,6 +336,26 @@ def _presence_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
+def _exposed_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+    """E[t] - sum_v c_v A[t, v] + overlap * sum_i c[t-1, i] R[t-1, i] >= 0 (`checkmate.fetched`'s time model)."""
+    if not index.E_col.size:
+        return _RowBlock(*(np.zeros(0, dtype=dtype) for dtype in (np.int64, np.int64, float, float, float)))
+    fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
+    costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
+    run_stage, run_node = np.nonzero(index.R_col >= 0)
+    hiding = run_stage + 1 < index.T
+    run_stage, run_node = run_stage[hiding], run_node[hiding]
+    prices = np.where(run_stage == run_node, graph.costs[run_node], graph.recompute_costs[run_node])
+    stages = np.arange(index.T)
+    return _RowBlock(
+        rows=np.concatenate([stages, fetch_stage, run_stage + 1]),
+        cols=np.concatenate([index.E_col, index.A_col[fetch_stage, fetch_value], index.R_col[run_stage, run_node]]),
+        values=np.concatenate([np.ones(index.T), -costs[fetch_value], graph.fetch_overlap * prices]),
+        lower=np.zeros(index.T),
+        upper=np.full(index.T, np.inf),
+    )
+
+
 def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> VariableIndex:
     """Number the variables that can be nonzero: R, then S, then U, then FREE."""
     T = graph.size
@@ -355,6 +377,7 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     fetched = (T, len(graph.fetched))
     G_col = after_free + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     A_col = after_free + T * fetched[1] + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
+    E_col = after_free + 2 * T * fetched[1] + np.arange(T if fetched[1] else 0, dtype=np.int64)
     return VariableIndex(
         T=T,
         R_col=R_col,
@@ -367,6 +390,7 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
         later_user=later_user,
         G_col=G_col,
         A_col=A_col,
+        E_col=E_col,
         scale=scale,
         budget_units=budget_units,
     )
@@ -394,6 +418,7 @@ def encode(
         _free_rows(graph, index),
         _workspace_rows(index),
         _presence_rows(graph, index),
+        _exposed_rows(graph, index),
     ]
     offsets = np.cumsum([0] + [block.lower.size for block in blocks])
     rows = np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets, strict=False)])
@@ -417,8 +442,7 @@ def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     stage, node = np.nonzero(index.R_col >= 0)
     # (1a) sum R[t, i] c[t, i]: a node's run in its own stage at its cost, every later run at its recompute cost
     c[index.R_col[stage, node]] = np.where(stage == node, graph.costs[node], graph.recompute_costs[node])
-    fetch_costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
-    c[index.A_col] = fetch_costs[None, :]  # each fetch at its value's cost (not part of the paper)
+    c[index.E_col] = 1.0  # the exposed fetch time of each stage (not part of the paper)
     return c
 
 
@@ -436,6 +460,7 @@ def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_b
     upper = np.ones(num_vars)
     stage, node = np.nonzero(index.U_col >= 0)
     upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
+    upper[index.E_col] = np.inf  # exposed fetch time, in the cost unit
     for v, value in enumerate(graph.fetched):
         upper[index.G_col[value.last_use + 1 :, v]] = 0.0  # gone after its last use: no reader runs there
         if value.released_before_backward and value.backward_start < index.T:
@@ -505,4 +530,8 @@ def encode_solution(
     x[index.G_col] = presence
     before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
     x[index.A_col] = presence & ~before
+    if index.E_col.size:
+        compute = (R * np.where(np.eye(index.T, dtype=bool), graph.costs, graph.recompute_costs)).sum(axis=1)
+        hidden = graph.fetch_overlap * np.concatenate([[0.0], compute[:-1]])
+        x[index.E_col] = np.maximum(fetch_times(graph.fetched, presence) - hidden, 0.0)
     return x

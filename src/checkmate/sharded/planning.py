@@ -18,7 +18,9 @@ Each unit's gathered parameters are a fetched value of the plan's graph (`checkm
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
 unit is held from its forward to its backward or gathered again, and where recomputation gathers it, are decisions of
 the same search, each gather priced at its all-gather's time measured on the process group at compile time
-(`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput). The step then
+(`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput), and, with
+prefetching, the fraction of a gather that runs beside compute measured as well (`gather_overlap`, the graph's
+`fetch_overlap`). The step then
 gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold (gather and
 reduce-scatter buffers, unsharded gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage,
 what they hold beside the graph's own usage in the step without recomputation
@@ -34,7 +36,8 @@ import dataclasses
 import logging
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -81,7 +84,12 @@ def plan_sharded(
     """
     device = fsdp2.device(units[0].group)
     fetch_seconds = gather_seconds(units)
-    log.info("all-gather per unit: %s ms", ", ".join(f"{1000 * took:.2f}" for took in fetch_seconds))
+    overlap = gather_overlap(units, fetch_seconds) if prefetch_gathers else 0.0
+    log.info(
+        "all-gather per unit: %s ms; %.0f %% of one runs beside compute",
+        ", ".join(f"{1000 * took:.2f}" for took in fetch_seconds),
+        100 * overlap,
+    )
     with gathered(units):
         plain = fsdp2.plain_copy(model)
         gradient_memory = settings.capture.gradient_memory
@@ -95,7 +103,14 @@ def plan_sharded(
         )
         compiled = on_every_rank(
             lambda: _plan_within_budget(
-                plain, units, loss_fn, batch, settings, change, prefetch_gathers, hold_gathered, fetch_seconds
+                plain,
+                units,
+                loss_fn,
+                batch,
+                settings,
+                change,
+                hold_gathered,
+                _Link(fetch_seconds, overlap, prefetch_gathers),
             ),
             group,
             device,
@@ -107,6 +122,16 @@ def plan_sharded(
 FIT_ROUNDS = 3
 
 
+@dataclass(frozen=True)
+class _Link:
+    """The process group as the plan prices it: each unit's all-gather in seconds, the fraction of one that runs
+    beside compute (0 without prefetching), and whether the step prefetches its all-gathers."""
+
+    seconds: Sequence[float]
+    overlap: float
+    prefetch: bool
+
+
 def _plan_within_budget(
     plain: nn.Module,
     units: Sequence[Unit],
@@ -114,9 +139,8 @@ def _plan_within_budget(
     batch: Sequence[Any],
     settings: Settings,
     fixed_memory: int,
-    prefetch_gathers: bool,
     hold_gathered: bool,
-    fetch_seconds: Sequence[float],
+    link: _Link,
 ) -> Compiled:
     """This rank's plan whose sharded peak fits the budget (see the module doc).
 
@@ -133,12 +157,12 @@ def _plan_within_budget(
         generate=False,  # planned again below; `checkmate.sharded` generates the plan's step with its units' calls
     )
     units_of_capture = captured_units(
-        no_remat.captured, units, prefetch_gathers=prefetch_gathers, gradient_memory=settings.capture.gradient_memory
+        no_remat.captured, units, prefetch_gathers=link.prefetch, gradient_memory=settings.capture.gradient_memory
     )
     graph = no_remat.captured.graph
     if settings.capture.gradient_memory == "when_made":
         graph = _gradients_until_reduce(graph, units_of_capture.sizes.made)
-    fetch_costs = _in_cost_unit(fetch_seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
+    fetch_costs = _in_cost_unit(link.seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
     fetched = unit_fetches(
         units_of_capture.use,
         units_of_capture.sizes,
@@ -146,7 +170,7 @@ def _plan_within_budget(
         fetch_costs,
         released_before_backward=not hold_gathered,
     )
-    no_remat = _with_graph(no_remat, dataclasses.replace(graph, fetched=fetched))
+    no_remat = _with_graph(no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap))
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
@@ -217,18 +241,46 @@ def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
     """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `GATHER_TIMINGS`, after one
     untimed. A collective call: every rank gathers the units in the same order."""
     device = fsdp2.device(units[0].group)
-    seconds = []
-    for unit in units:
-        took = []
-        for _ in range(GATHER_TIMINGS + 1):
-            _synchronize(device)
-            started = time.perf_counter()
-            unit.module.unshard()
-            _synchronize(device)
-            took.append(time.perf_counter() - started)
-            unit.module.reshard()
-        seconds.append(statistics.median(took[1:]))
-    return tuple(seconds)
+    return tuple(_median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
+
+
+def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
+    """The fraction of an all-gather that runs beside compute on this rank, in [0, 1]: the largest unit's gather
+    started early (FSDP2's `unshard(async_op=True)`, as a prefetch) while matrix products of about its time run,
+    against the two apart (the median of `GATHER_TIMINGS`). A collective call, like `gather_seconds`."""
+    largest = max(range(len(units)), key=lambda unit: units[unit].shard_bytes)
+    device, gather = fsdp2.device(units[largest].group), seconds[largest]
+    side = THROUGHPUT_SIZE
+    left, right = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
+    product = _median_time(lambda: torch.mm(left, right), device)
+    count = max(1, round(gather / product)) if product > 0 else 1
+    compute = _median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
+    module = units[largest].module
+
+    def both() -> None:
+        handle = module.unshard(async_op=True)
+        for _ in range(count):
+            torch.mm(left, right)
+        if handle is not None:
+            handle.wait()
+
+    together = _median_time(both, device, after=module.reshard)
+    hidden = gather + compute - together
+    return float(min(1.0, max(0.0, hidden / min(gather, compute)))) if min(gather, compute) > 0 else 0.0
+
+
+def _median_time(call: Callable[[], object], device: torch.device, after: Callable[[], object] | None = None) -> float:
+    """The median time of `GATHER_TIMINGS` calls of `call`, after one untimed; `after` runs after each, untimed."""
+    took = []
+    for _ in range(GATHER_TIMINGS + 1):
+        _synchronize(device)
+        started = time.perf_counter()
+        call()
+        _synchronize(device)
+        took.append(time.perf_counter() - started)
+        if after is not None:
+            after()
+    return statistics.median(took[1:])
 
 
 THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
@@ -243,14 +295,7 @@ def _in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch
         return (0.0,) * len(seconds)
     side = THROUGHPUT_SIZE
     left, right = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
-    took = []
-    for _ in range(GATHER_TIMINGS + 1):
-        _synchronize(device)
-        started = time.perf_counter()
-        torch.mm(left, right)
-        _synchronize(device)
-        took.append(time.perf_counter() - started)
-    flops_per_second = 2 * side**3 / statistics.median(took[1:])
+    flops_per_second = 2 * side**3 / _median_time(lambda: torch.mm(left, right), device)
     return tuple(flops_per_second * each for each in seconds)
 
 

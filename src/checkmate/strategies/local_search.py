@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from checkmate.fetched import default_presence, fetch_cost, present_bytes
+from checkmate.fetched import default_presence, present_bytes
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import SearchControl
-from checkmate.simulate import plan_cost
+from checkmate.simulate import fetch_time, plan_cost
 from checkmate.strategies.policy import POLICY, SearchPolicy
 
 # Over-budget holds tried with a repair after them, per improvement step (cheapest first).
@@ -149,7 +149,7 @@ class LocalSearch:
         touched |= True if present_before is None else present != present_before
         rows = np.flatnonzero(touched)
         usage[rows] = self.usage(R, S, rows, present)
-        cost = plan_cost(self.graph, R) + fetch_cost(self.graph.fetched, presence)
+        cost = plan_cost(self.graph, R) + fetch_time(self.graph, R, presence)
         return SearchState(R, S, read, usage, present, cost, self.budget)
 
     def _read(self, R: np.ndarray, rows: np.ndarray) -> np.ndarray:
