@@ -25,6 +25,7 @@ the presence of every plan whose strategy does not decide it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,11 @@ class FetchedValue:
     backward_start: int
     kept: bool = False
     released_before_backward: bool = False
+
+
+def kept_throughout(values: tuple[FetchedValue, ...]) -> tuple[FetchedValue, ...]:
+    """`values`, each that may be held from its forward to its backward kept from its first read to its end."""
+    return tuple(value if value.released_before_backward else dataclasses.replace(value, kept=True) for value in values)
 
 
 def read_stages(values: tuple[FetchedValue, ...], R: np.ndarray) -> np.ndarray:

@@ -176,6 +176,16 @@ def test_the_budget_decides_between_holding_a_unit_and_fetching_it_again() -> No
     assert tight.recomputes and tight.peak_memory <= floor
 
 
+def test_a_hold_is_bought_with_recomputation_where_a_fetch_costs_more() -> None:
+    """The same memory as the plan that fetches the unit twice above, but each fetch now costs more than recomputing
+    a node (10 against 1): the plan keeps the unit from forward to backward and recomputes to make room for it."""
+    graph = _chain_with_unit(4, memory=4, cost=10.0)
+    held_peak = solve(graph, None, method="optimal", time_limit=30).peak_memory
+    plan = solve(graph, held_peak - 1, method="optimal", time_limit=30)
+    assert fetches(plan.presence).tolist() == [1] and plan.recomputes
+    assert plan.status == "optimal"
+
+
 def test_a_presence_that_breaks_a_rule_is_refused() -> None:
     graph = _chain_with_unit(2, memory=2, cost=1.0)
     plan = solve(graph, None, method="checkpoint_all")

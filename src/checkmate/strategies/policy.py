@@ -32,6 +32,8 @@ class SearchPolicy:
         closure_share: of what is left after it, what the closure bound may take (at least `retention_minimum`
             seconds, which is enough on the graph set's largest graphs).
         rounding_share: what `approx` may take inside `optimal` before the MILP (its LP is also the LP bound).
+        held_share: on a graph with fetched values, what the MILP keeping every one of them may take before the
+            rounding (`checkmate.strategies.milp_search`).
         relaxation_share: what the first LP of `approx` (the lower bound, also rounded at ε = 0) may take: the LPs at
             the other ε are as large, so one that does not finish in time is not helped by leaving them more.
         coarse_share: what the coarse graph's MILP or LP rounding may take; the rest goes to expanding and improving.
@@ -58,6 +60,7 @@ class SearchPolicy:
     retention_minimum: float = 1.0
     closure_share: float = 0.5
     rounding_share: float = 0.8
+    held_share: float = 0.4
     relaxation_share: float = 0.8
     coarse_share: float = 0.5
     final_bound_share: float = 0.3
