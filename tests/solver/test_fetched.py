@@ -186,6 +186,17 @@ def test_a_hold_is_bought_with_recomputation_where_a_fetch_costs_more() -> None:
     assert plan.status == "optimal"
 
 
+def test_the_coarse_path_plans_fetched_values_within_the_budget() -> None:
+    """Through a coarse graph (`exact_nodes` below the graph's size), the plan fits, and holds the unit from forward
+    to backward where the coarse plan did: no more fetches than FSDP2's presence of the same budget's baseline."""
+    graph = _chain_with_unit(12, memory=4, cost=10.0)
+    no_remat = solve(graph, None, method="checkpoint_all")
+    budget = no_remat.peak_memory - 2
+    plan = solve(graph, budget, method="optimal", time_limit=20, exact_nodes=10, coarse_nodes=8)
+    assert plan.peak_memory <= budget
+    assert fetches(plan.presence).tolist() == [1] and plan.recomputes
+
+
 def test_a_presence_that_breaks_a_rule_is_refused() -> None:
     graph = _chain_with_unit(2, memory=2, cost=1.0)
     plan = solve(graph, None, method="checkpoint_all")

@@ -11,6 +11,10 @@ dropped (`prune_checkpoints`; the coarse plan frees a block after its last reade
 recomputations of coarse stage b happen in full stage start_b, in index order as in the coarse stage, and only the
 members that are needed are recomputed. The expanded plan therefore costs no more than the coarse plan, and (the
 coarse memory being conservative, see `coarse_graph`) peaks no higher; `expand_plan` simulates it all the same.
+
+Fetched values (`checkmate.fetched`): a value present in coarse stage b is present in every full stage of block b, up
+to its end, joined with FSDP2's presence for the expanded R so that every read is covered (`expand_presence`); where
+that breaks a rule (a value released before its backward), the expanded plan takes FSDP2's presence.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from checkmate.coarsen.coarse_graph import Coarsening
+from checkmate.errors import InvalidSchedule
+from checkmate.fetched import default_presence, ends, read_stages
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
 
@@ -68,8 +74,23 @@ def expand_checkpoints(coarsening: Coarsening, coarse_R: np.ndarray, coarse_S: n
 
 
 def expand_plan(coarsening: Coarsening, coarse_plan: Plan, *, method: str) -> Plan:
-    """The coarse plan on the full graph: expanded checkpoints, the cheapest R for them, simulated."""
+    """The coarse plan on the full graph: expanded checkpoints, the cheapest R for them, the fetched values'
+    presence (module doc), simulated."""
     graph = coarsening.graph
     S = expand_checkpoints(coarsening, coarse_plan.R, coarse_plan.S)
     R, S = prune_checkpoints(graph, cheapest_r(graph, S), S)
-    return make_plan(graph, R, S, method=method)
+    presence = expand_presence(coarsening, coarse_plan.presence, R) if graph.fetched else None
+    try:
+        return make_plan(graph, R, S, method=method, presence=presence)
+    except InvalidSchedule:
+        return make_plan(graph, R, S, method=method)
+
+
+def expand_presence(coarsening: Coarsening, coarse_presence: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """bool[T, F]: each fetched value present in the full stages of the blocks where the coarse plan has it, up to
+    its end, and wherever FSDP2's rule for the full plan's runs R has it."""
+    graph = coarsening.graph
+    presence = coarse_presence[coarsening.partition.block_of].astype(bool)
+    for column, end in enumerate(ends(graph.fetched, read_stages(graph.fetched, R))):
+        presence[end + 1 :, column] = False
+    return presence | default_presence(graph.fetched, R)
