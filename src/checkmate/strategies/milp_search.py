@@ -48,7 +48,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MilpSettings:
-    """The solver options of `optimal`, handed on to the MILP of a coarse graph."""
+    """The solver options of `optimal`, handed on to the MILP of a coarse graph. `keeping_start`: on a graph with
+    fetched values, start from the search that keeps every one of them (`_keeping_fetched_values`; off within that
+    search, and on a coarse graph: its solve is short of time, and at a tight budget on Hugging Face's GPT-2 sharded
+    over 2 ranks the start took the time the coarse MILP needed to find any plan)."""
 
     backend: SolverChoice = "auto"
     mip_gap: float = 1e-4
@@ -59,6 +62,7 @@ class MilpSettings:
     memory_resolution: int = DEFAULT_RESOLUTION
     recompute_backward: bool = True
     stall_time: float | None = None
+    keeping_start: bool = True
 
 
 def solve_milp(
@@ -108,7 +112,7 @@ def solve_milp(
         recompute_backward=settings.recompute_backward,
     )
     held = None
-    if graph.fetched and not control.stopped:
+    if graph.fetched and settings.keeping_start and not control.stopped:
         keeping = control.child(control.share(policy.held_share), reports=False)
         held = _keeping_fetched_values(graph, budget, keeping, settings, method=method, policy=policy)
     rounding = control.child(_rounding_time(control, problem, policy))
@@ -173,14 +177,15 @@ def _keeping_fetched_values(
     no plan. With the presence free, the MILP branches on it stage by stage: on a 154-node sharded step HiGHS and
     SCIP both spent a minute without finding what holding every unit and recomputing to make room gives (9.11 ms
     against 12.92 ms). With every value kept, the presence is fixed and the search is the paper's R and S alone,
-    which it handles as well as ever; the free MILP after it still decides where fetching again is cheaper."""
+    which it handles as well as ever; the free MILP after it still decides where fetching again is cheaper. It runs
+    without the rounding, which would take its time before its MILP."""
     kept = dataclasses.replace(graph, fetched=kept_throughout(graph.fetched))
     if kept == graph:
         return None
     try:
         plan = solve_milp(
-            kept, budget, control, settings, method=method, message_time=0.0, phase="MILP keeping fetched values",
-            policy=policy,
+            kept, budget, control, dataclasses.replace(settings, keeping_start=False), method=method,
+            message_time=0.0, phase="MILP keeping fetched values", policy=dataclasses.replace(policy, rounding_share=0),
         )  # fmt: skip
     except InfeasibleBudget:
         return None

@@ -108,7 +108,11 @@ def optimal(
     method = Method(
         name=METHOD,
         exact=partial(_milp, settings=settings, phase="MILP", extra_starts=tuple(extra_starts)),
-        coarse=partial(_milp, settings=dataclasses.replace(settings, recompute_backward=False), phase="coarse MILP"),
+        coarse=partial(
+            _milp,
+            settings=dataclasses.replace(settings, recompute_backward=False, keeping_start=False),
+            phase="coarse MILP",
+        ),
         gap=mip_gap,
         swap_holds=True,
         seed=seed,
