@@ -54,7 +54,12 @@ class ShardedOptions:
         hold_gathered: let the plan keep a unit gathered from its forward to its backward where that pays, instead of
             freeing it and gathering it again as FSDP2's `reshard_after_forward` says (`checkmate.fetched`).
         prefetch_gathers: start each unit's all-gather but the first early, as FSDP2's implicit prefetching does.
+        overlap_gathers: price a prefetched all-gather as hidden behind the compute of the stage before it by the
+            fraction measured at compile time (`checkmate.sharded.planning.gather_overlap`); off, every gather counts
+            in full. Off by default: with it, the LP relaxation of a sharded GPT-2 step solved too slowly for the
+            search to find a plan at a tight budget within 30 s (BENCHMARKS.md, "Sharded training").
     """
 
     hold_gathered: bool = True
     prefetch_gathers: bool = True
+    overlap_gathers: bool = False

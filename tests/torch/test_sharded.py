@@ -148,8 +148,12 @@ OPTIONS: dict[str, Any] = {"cost_model": "flops", "cache": False, "measure_memor
 
 
 def _full_budget() -> None:
+    """Also with a prefetched gather priced as partly hidden behind compute (`overlap_gathers`)."""
     model, reference = _pair()
-    step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
+    sharded = checkmate.ShardedOptions(overlap_gathers=True)
+    step = checkmate.compile(
+        model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", sharded=sharded, **OPTIONS
+    )
     assert isinstance(step.distribution, Sharded)
     assert [unit.reshard_after_forward for unit in step.distribution.units] == [False, True, True]
     full = sum(parameter.numel() * 4 for parameter in TinyTransformer().parameters())

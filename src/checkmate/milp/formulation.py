@@ -19,8 +19,9 @@ Variables (only those that can be nonzero are created):
         G[t, v] <= G[t+1, v] from v's backward_start to its last use, G = 1 there and 0 after (so no reader runs
         after it: a restriction of `checkmate.fetched`'s rules); kept values G = 1 from their first reader to the
         last use; a value released before the backward G = 0 at its backward_start. v's bytes join U[t, 0] (eq. 2)
-        and so every U[t, k] of the stage. E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0:
-        the fetch time of stage t that the compute of stage t - 1 does not hide, added to (1a). Not in the paper.
+        and so every U[t, k] of the stage. Each fetch costs c_v A[t, v] in (1a); with a graph's fetch_overlap > 0,
+        E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0, the fetch time of stage t that the
+        compute of stage t - 1 does not hide, is added to (1a) instead. Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
 FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
 the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
@@ -46,8 +47,8 @@ class VariableIndex:
     R_col, S_col, U_col are int64[T, T] column numbers, -1 where no variable exists. FREE variable f
     belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
     variable later_free[p] with R[free_stage, later_user[p]]. G_col and A_col are int64[T, F], the presence and
-    the fetch of each fetched value in each stage; E_col int64[T] (empty without fetched values) the exposed fetch
-    time of each stage.
+    the fetch of each fetched value in each stage; E_col int64[T] (empty without fetched values or without their
+    overlap, `Graph.fetch_overlap`) the exposed fetch time of each stage.
     """
 
     T: int
@@ -69,6 +70,8 @@ class VariableIndex:
     def num_variables(self) -> int:
         if self.E_col.size:
             return int(self.E_col.max()) + 1
+        if self.A_col.size:
+            return int(self.A_col.max()) + 1
         return int(self.free_col[-1]) + 1 if self.free_col.size else int(self.U_col.max()) + 1
 
 
@@ -377,7 +380,8 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     fetched = (T, len(graph.fetched))
     G_col = after_free + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     A_col = after_free + T * fetched[1] + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
-    E_col = after_free + 2 * T * fetched[1] + np.arange(T if fetched[1] else 0, dtype=np.int64)
+    overlaps = fetched[1] > 0 and graph.fetch_overlap > 0
+    E_col = after_free + 2 * T * fetched[1] + np.arange(T if overlaps else 0, dtype=np.int64)
     return VariableIndex(
         T=T,
         R_col=R_col,
@@ -442,7 +446,11 @@ def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     stage, node = np.nonzero(index.R_col >= 0)
     # (1a) sum R[t, i] c[t, i]: a node's run in its own stage at its cost, every later run at its recompute cost
     c[index.R_col[stage, node]] = np.where(stage == node, graph.costs[node], graph.recompute_costs[node])
-    c[index.E_col] = 1.0  # the exposed fetch time of each stage (not part of the paper)
+    if index.E_col.size:
+        c[index.E_col] = 1.0  # the exposed fetch time of each stage (not part of the paper)
+    else:
+        fetch_costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
+        c[index.A_col] = fetch_costs[None, :]  # no overlap: every fetch at its value's cost (not part of the paper)
     return c
 
 

@@ -224,6 +224,7 @@ class Sharded:
             self.group,
             prefetch_gathers=self.options.prefetch_gathers,
             hold_gathered=self.options.hold_gathered,
+            overlap_gathers=self.options.overlap_gathers,
         )
         placed = self._with_unit_calls(planned)
         generate_step_function(placed, settings)

@@ -19,8 +19,8 @@ Each unit's gathered parameters are a fetched value of the plan's graph (`checkm
 unit is held from its forward to its backward or gathered again, and where recomputation gathers it, are decisions of
 the same search, each gather priced at its all-gather's time measured on the process group at compile time
 (`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput), and, with
-prefetching, the fraction of a gather that runs beside compute measured as well (`gather_overlap`, the graph's
-`fetch_overlap`). The step then
+prefetching and `ShardedOptions(overlap_gathers=True)`, the fraction of a gather that runs beside compute measured as
+well (`gather_overlap`, the graph's `fetch_overlap`). The step then
 gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold (gather and
 reduce-scatter buffers, unsharded gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage,
 what they hold beside the graph's own usage in the step without recomputation
@@ -71,10 +71,12 @@ def plan_sharded(
     *,
     prefetch_gathers: bool,
     hold_gathered: bool,
+    overlap_gathers: bool,
 ) -> Compiled:
     """Capture and plan the step of the unsharded model on every rank, and run rank 0's plan everywhere;
     `prefetch_gathers` says whether the step starts each unit's all-gather early (`checkmate.sharded.timeline`),
-    `hold_gathered` whether the plan may keep a unit FSDP2 reshards after its forward gathered until its backward.
+    `hold_gathered` whether the plan may keep a unit FSDP2 reshards after its forward gathered until its backward,
+    `overlap_gathers` whether a prefetched gather is priced as partly hidden behind compute (`gather_overlap`).
 
     A collective call: every rank of `group` must make it, with a batch of the same shapes.
 
@@ -84,7 +86,7 @@ def plan_sharded(
     """
     device = fsdp2.device(units[0].group)
     fetch_seconds = gather_seconds(units)
-    overlap = gather_overlap(units, fetch_seconds) if prefetch_gathers else 0.0
+    overlap = gather_overlap(units, fetch_seconds) if prefetch_gathers and overlap_gathers else 0.0
     log.info(
         "all-gather per unit: %s ms; %.0f %% of one runs beside compute",
         ", ".join(f"{1000 * took:.2f}" for took in fetch_seconds),
