@@ -16,7 +16,7 @@ The memory model: a present value holds `memory` bytes at every moment of the st
 bounds count it so). The time model: the fetches that make values present in stage t take the sum of their
 `fetch_cost`s (one link, one fetch after another); they start in the stage before (a prefetch) and hide behind a
 fraction of its compute, the graph's `fetch_overlap`; the rest is exposed and adds to the step's time
-(`exposed_fetch_time`: sum over t of max(0, fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap`
+(`exposed_fetch_times`: per stage t, max(0, fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap`
 0, every fetch is exposed (on CPU ranks a collective's copies in and out run on the cores compute uses).
 
 `default_presence` is FSDP2's own rule (fetched for the forward reads, freed, fetched again for the backward),
@@ -101,26 +101,26 @@ def default_presence(values: tuple[FetchedValue, ...], R: np.ndarray) -> np.ndar
     return presence
 
 
+def rises(presence: np.ndarray) -> np.ndarray:
+    """bool[T, F]: the stages where each value becomes present, which fetch it."""
+    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
+    return presence & ~before
+
+
 def fetches(presence: np.ndarray) -> np.ndarray:
-    """int64[F]: how many times each value is fetched: the stages where it becomes present."""
-    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
-    return (presence & ~before).sum(axis=0).astype(np.int64)
+    """int64[F]: how many times each value is fetched."""
+    return rises(presence).sum(axis=0).astype(np.int64)
 
 
-def fetch_times(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:
-    """float64[T]: the time of the fetches that make values present in each stage, in the graph's cost unit."""
-    costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
-    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
-    return (presence & ~before).astype(np.float64) @ costs
-
-
-def exposed_fetch_time(
+def exposed_fetch_times(
     values: tuple[FetchedValue, ...], presence: np.ndarray, stage_compute: np.ndarray, overlap: float
-) -> float:
-    """The fetches' time not hidden behind compute (module doc): `stage_compute` is the compute of each stage,
-    `overlap` the fraction of the stage before a fetch's that hides it."""
+) -> np.ndarray:
+    """float64[T]: per stage, the time of the fetches there that compute does not hide (module doc):
+    `stage_compute` is the compute of each stage, `overlap` the fraction of the stage before a fetch's that hides
+    it."""
+    costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
     hidden = overlap * np.concatenate([[0.0], stage_compute[:-1]])
-    return float(np.maximum(fetch_times(values, presence) - hidden, 0.0).sum())
+    return np.maximum(rises(presence).astype(np.float64) @ costs - hidden, 0.0)
 
 
 def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:

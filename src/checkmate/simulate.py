@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from checkmate.errors import InvalidSchedule
-from checkmate.fetched import check_presence, default_presence, exposed_fetch_time, present_bytes
+from checkmate.fetched import check_presence, default_presence, exposed_fetch_times, present_bytes
 from checkmate.graph import Graph
 
 
@@ -172,10 +172,10 @@ def stage_compute(graph: Graph, R: np.ndarray) -> np.ndarray:
 
 def fetch_time(graph: Graph, R: np.ndarray, presence: np.ndarray) -> float:
     """The time of the fetches of the graph's fetched values that compute does not hide
-    (`checkmate.fetched.exposed_fetch_time`)."""
+    (`checkmate.fetched.exposed_fetch_times`)."""
     if not graph.fetched:
         return 0.0
-    return exposed_fetch_time(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
+    return float(exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap).sum())
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

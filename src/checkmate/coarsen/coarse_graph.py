@@ -13,8 +13,8 @@ Block b becomes one node:
 * retained: the sum of its members' (all of it from the block's run, at or before each member's own run);
 * the graph's `stage_held`, when it has one: the largest of its members' stages.
 * the graph's fetched values, read by the blocks of their readers, last used in the block of their last use, their
-  backward from the block of its first stage. A coarse plan's presence is not carried to the full graph: the
-  expanded plan takes FSDP2's rule (`checkmate.fetched.default_presence`), and the full graph's search decides.
+  backward from the block of its first stage (a coarse plan's presence is carried to the full graph by
+  `checkmate.coarsen.expand.expand_presence`).
 
 So the moment a coarse node runs (its inputs, its memory, its workspace) bounds every moment of its members in
 the expanded plan, where inputs are freed after their last member reader and internal values after their last

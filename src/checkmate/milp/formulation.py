@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.fetched import default_presence, fetch_times
+from checkmate.fetched import default_presence, exposed_fetch_times, rises
 from checkmate.graph import Graph
 from checkmate.milp.problem import MilpProblem
 from checkmate.milp.scaling import MemoryScale
+from checkmate.simulate import stage_compute
 
 
 @dataclass(frozen=True)
@@ -536,10 +537,7 @@ def encode_solution(
     x[index.U_col[index.U_col >= 0]] = U[index.U_col >= 0]
     x[index.free_col] = free
     x[index.G_col] = presence
-    before = np.vstack([np.zeros((1, presence.shape[1]), dtype=bool), presence[:-1]])
-    x[index.A_col] = presence & ~before
+    x[index.A_col] = rises(presence)
     if index.E_col.size:
-        compute = (R * np.where(np.eye(index.T, dtype=bool), graph.costs, graph.recompute_costs)).sum(axis=1)
-        hidden = graph.fetch_overlap * np.concatenate([[0.0], compute[:-1]])
-        x[index.E_col] = np.maximum(fetch_times(graph.fetched, presence) - hidden, 0.0)
+        x[index.E_col] = exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
     return x

@@ -20,13 +20,13 @@ unit is held from its forward to its backward or gathered again, and where recom
 the same search, each gather priced at its all-gather's time measured on the process group at compile time
 (`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput), and, with
 prefetching and `ShardedOptions(overlap_gathers=True)`, the fraction of a gather that runs beside compute measured as
-well (`gather_overlap`, the graph's `fetch_overlap`). The step then
-gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold (gather and
-reduce-scatter buffers, unsharded gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage,
-what they hold beside the graph's own usage in the step without recomputation
-(`checkmate.sharded.memory.StageMemory.extras`). A plan can move those; when the sharded peak of the plan found is over
-the budget, each stage where it is over takes the larger of the two estimates, that one and the plan's, and the graph is
-solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before it left).
+well (`gather_overlap`, the graph's `fetch_overlap`). The step then gathers and frees each unit where the plan says
+(`checkmate.sharded.timeline`). What else the units hold (gather and reduce-scatter buffers, unsharded gradients, gloo's
+copies) the solver sees through the graph's `stage_held`: per stage, what they hold beside the graph's own usage in the
+step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move those; when the sharded peak
+of the plan found is over the budget, each stage where it is over takes the larger of the two estimates, that one and
+the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what
+the ones before it left).
 """
 
 from __future__ import annotations
@@ -252,8 +252,7 @@ def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
     against the two apart (the median of `GATHER_TIMINGS`). A collective call, like `gather_seconds`."""
     largest = max(range(len(units)), key=lambda unit: units[unit].shard_bytes)
     device, gather = fsdp2.device(units[largest].group), seconds[largest]
-    side = THROUGHPUT_SIZE
-    left, right = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
+    left, right = _matrices(device)
     product = _median_time(lambda: torch.mm(left, right), device)
     count = max(1, round(gather / product)) if product > 0 else 1
     compute = _median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
@@ -295,10 +294,16 @@ def _in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch
         return tuple(seconds)
     if cost_model == "unit":
         return (0.0,) * len(seconds)
-    side = THROUGHPUT_SIZE
-    left, right = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
-    flops_per_second = 2 * side**3 / _median_time(lambda: torch.mm(left, right), device)
+    left, right = _matrices(device)
+    flops_per_second = 2 * THROUGHPUT_SIZE**3 / _median_time(lambda: torch.mm(left, right), device)
     return tuple(flops_per_second * each for each in seconds)
+
+
+def _matrices(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random square matrices of side `THROUGHPUT_SIZE` on `device`: the products that time compute."""
+    return torch.randn(THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device), torch.randn(
+        THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device
+    )
 
 
 def _synchronize(device: torch.device) -> None:
