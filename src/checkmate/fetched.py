@@ -13,9 +13,15 @@ fetched value is present (`presence`, bool[T, F]); a stage where it becomes pres
 * `released_before_backward`: absent at `backward_start` (the unit is freed after its forward and gathered again).
 
 The memory model: a present value holds `memory` bytes at every moment of the stage (the simulator, the MILP and the
-bounds count it so). The time model: the fetches that make values present in stage t take the sum of their
-`fetch_cost`s (one link, one fetch after another); they start in the stage before (a prefetch) and hide behind a
-fraction of its compute, the graph's `fetch_overlap`; the rest is exposed and adds to the step's time
+bounds count it so). On a graph that prefetches (`Graph.prefetch`), a fetch that makes a value present in stage t
+starts at the start of stage t - 1 and fills a buffer of the value's bytes there: the value is on the device
+(`on_device`) in stage t - 1 too. So where and in which order values are prefetched, and how far ahead of their
+first reader (a value present from stage s before a reader at r > s is fetched from stage s - 1), are the plan's
+decisions, paid in memory like any other.
+
+The time model: the fetches that make values present in stage t take the sum of their `fetch_cost`s (one link, one
+fetch after another); on a graph that prefetches they run beside the compute of stage t - 1 and hide behind a
+fraction of it, the graph's `fetch_overlap`; the rest is exposed and adds to the step's time
 (`exposed_fetch_times`: per stage t, max(0, fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap`
 0, every fetch is exposed (on CPU ranks a collective's copies in and out run on the cores compute uses).
 
@@ -123,10 +129,19 @@ def exposed_fetch_times(
     return np.maximum(rises(presence).astype(np.float64) @ costs - hidden, 0.0)
 
 
-def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:
-    """int64[T]: the bytes the present values hold in each stage."""
+def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:
+    """bool[T, F]: the stages where each value holds its bytes on the device: where it is present and, when fetches
+    are prefetched, the stage before each fetch (module doc)."""
+    if not prefetch:
+        return presence.astype(bool)
+    ahead = np.vstack([rises(presence)[1:], np.zeros((1, presence.shape[1]), dtype=bool)])
+    return presence.astype(bool) | ahead
+
+
+def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray, prefetch: bool) -> np.ndarray:
+    """int64[T]: the bytes the values hold on the device in each stage (`on_device`)."""
     sizes = np.array([value.memory for value in values], dtype=np.int64)
-    return presence.astype(np.int64) @ sizes
+    return on_device(presence, prefetch).astype(np.int64) @ sizes
 
 
 def check_presence(values: tuple[FetchedValue, ...], R: np.ndarray, presence: np.ndarray) -> None:

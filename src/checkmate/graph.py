@@ -69,7 +69,9 @@ class Graph:
         fetched: values held elsewhere and fetched for the nodes that read them (an FSDP2 unit's parameters): a
             plan decides in which stages each is present (`checkmate.fetched`).
         fetch_overlap: the fraction of a stage's compute that the fetches of the next stage run beside, hidden
-            (0: every fetch adds its time to the step; `checkmate.fetched`).
+            (0: every fetch adds its time to the step; `checkmate.fetched`); more than 0 only when `prefetch`.
+        prefetch: whether each fetch starts in the stage before the one its value becomes present in, holding the
+            value's bytes there too (`checkmate.fetched`).
     """
 
     nodes: tuple[Node, ...]
@@ -77,6 +79,7 @@ class Graph:
     stage_held: tuple[int, ...] = ()
     fetched: tuple[FetchedValue, ...] = ()
     fetch_overlap: float = 0.0
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -190,6 +193,8 @@ class Graph:
             data["fetched"] = [dataclasses.asdict(value) for value in self.fetched]
         if self.fetch_overlap:
             data["fetch_overlap"] = self.fetch_overlap
+        if self.prefetch:
+            data["prefetch"] = True
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -211,6 +216,7 @@ class Graph:
             stage_held=stage_held,
             fetched=fetched,
             fetch_overlap=data.get("fetch_overlap", 0.0),
+            prefetch=data.get("prefetch", False),
         )
 
 
@@ -235,7 +241,7 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
-_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap")
+_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap", "prefetch")
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
 _NODE_KEYS = (
     "name",
@@ -304,6 +310,12 @@ def _validate_fetched(graph: Graph) -> None:
     overlap = graph.fetch_overlap
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
         raise InvalidGraph(f"fetch_overlap must be a number in [0, 1], got {overlap!r}")
+    if not isinstance(graph.prefetch, bool):
+        raise InvalidGraph(f"prefetch must be true or false, got {graph.prefetch!r}")
+    if overlap > 0 and not graph.prefetch:
+        raise InvalidGraph(
+            "fetch_overlap > 0 needs prefetch: only a fetch started in the stage before runs beside compute"
+        )
     for index, value in enumerate(graph.fetched):
         label = f"fetched value {index} ({value.name!r})"
         if not _is_byte_count(value.memory):

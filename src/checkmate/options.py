@@ -53,9 +53,10 @@ class ShardedOptions:
     Attributes:
         hold_gathered: let the plan keep a unit gathered from its forward to its backward where that pays, instead of
             freeing it and gathering it again as FSDP2's `reshard_after_forward` says (`checkmate.fetched`).
-        prefetch_gathers: start each unit's all-gather but the first early, as FSDP2's implicit prefetching does.
+        prefetch_gathers: start each all-gather a stage before the plan needs the unit (where the plan places it and
+            counts its buffer), as FSDP2's implicit prefetching starts the next unit's early.
         overlap_gathers: price a prefetched all-gather as hidden behind the compute of the stage before it by the
-            fraction measured at compile time (`checkmate.sharded.planning.gather_overlap`); off, every gather counts
+            fraction measured at compile time (`checkmate.sharded.link.gather_overlap`); off, every gather counts
             in full. Off by default: with it, the LP relaxation of a sharded GPT-2 step solved too slowly for the
             search to find a plan at a tight budget within 30 s (BENCHMARKS.md, "Sharded training").
     """

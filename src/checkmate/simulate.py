@@ -54,6 +54,9 @@ class Schedule:
         usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory,
             the computed node's workspace (recompute workspace in a later stage) and the fetched values present.
         presence: bool[T, F], the stages where each of the graph's fetched values is present (F = 0: none).
+        stage_start: per stage, bytes in use at its start, before its first computation and after the frees of the
+            stage before: the paper's U[t, 0] less node t's output (eq. 2: the values held into the stage) plus what
+            `usage` counts beside U.
     """
 
     steps: tuple[Step, ...]
@@ -61,6 +64,7 @@ class Schedule:
     peak_memory: int
     usage: tuple[int, ...] = ()
     presence: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
+    stage_start: tuple[int, ...] = ()
 
 
 def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
@@ -117,7 +121,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
     S = S.astype(bool)
     presence = default_presence(graph.fetched, R) if presence is None else presence.astype(bool)
     check_presence(graph.fetched, R, presence)
-    fetched_bytes = present_bytes(graph.fetched, presence)
+    fetched_bytes = present_bytes(graph.fetched, presence, graph.prefetch)
     T = graph.size
     memory = graph.memory
     workspace, recompute_workspace = graph.workspace, graph.recompute_workspace
@@ -127,7 +131,9 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
     live = S[0].astype(np.int64)
     current = int(memory @ live)
     usage: list[int] = []
+    stage_start: list[int] = []
     for t in range(T):
+        stage_start.append(current + int(held_before[t]) + int(fetched_bytes[t]))
         computed = np.flatnonzero(R[t])
         held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=bool)
         last_consumer = _last_consumer_in_stage(preds, computed)
@@ -149,7 +155,7 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
         live -= drops
         current -= int(memory @ drops)
     cost = plan_cost(graph, R) + fetch_time(graph, R, presence)
-    return Schedule(tuple(steps), cost, max(usage), tuple(usage), presence)
+    return Schedule(tuple(steps), cost, max(usage), tuple(usage), presence, tuple(stage_start))
 
 
 def plan_cost(graph: Graph, R: np.ndarray) -> float:

@@ -55,8 +55,9 @@ def _valid(graph: Graph, R: np.ndarray, presence: np.ndarray) -> bool:
 
 def _oracle(graph: Graph, budget: int) -> float | None:
     """The cheapest plan within `budget` by exhaustive search over S (the fewest computations each allows) and every
-    presence, priced by the paper's equations with the present bytes as the stage's held memory and each fetch at
-    its cost: nothing from the library's planning code."""
+    presence, priced by the paper's equations with the present bytes (and on a graph that prefetches, the bytes of
+    each value fetched in the next stage) as the stage's held memory and each fetch at its cost: nothing from the
+    library's planning code."""
     T, F = graph.size, len(graph.fetched)
     plain = dataclasses.replace(graph, fetched=())
     sizes = np.array([value.memory for value in graph.fetched])
@@ -72,9 +73,10 @@ def _oracle(graph: Graph, budget: int) -> float | None:
             presence = np.array(presence_bits, dtype=bool).reshape(T, F)
             if not _valid(graph, R, presence):
                 continue
-            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in presence.astype(int) @ sizes))
-            cost, peak = paper_cost_and_peak(held, R, S)
             rises = presence & ~np.vstack([np.zeros((1, F), dtype=bool), presence[:-1]])
+            device = presence | (np.vstack([rises[1:], np.zeros((1, F), dtype=bool)]) & graph.prefetch)
+            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in device.astype(int) @ sizes))
+            cost, peak = paper_cost_and_peak(held, R, S)
             for t in range(T):  # each stage's fetches, less what the stage before's compute hides
                 before = sum(node.cost if i == t - 1 else (node.recompute_cost or node.cost)
                              for i, node in enumerate(graph.nodes) if t > 0 and R[t - 1, i])  # fmt: skip
@@ -88,7 +90,8 @@ ORACLE_GRAPHS = {
     "chain": _chain_with_unit(2, memory=2, cost=1.5),
     "chain, kept": _chain_with_unit(2, memory=2, cost=1.5, kept=True),
     "chain, released": _chain_with_unit(2, memory=3, cost=0.5, released_before_backward=True),
-    "chain, overlapped": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), fetch_overlap=0.5),
+    "chain, prefetched": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), prefetch=True),
+    "chain, overlapped": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), fetch_overlap=0.5, prefetch=True),
 }
 
 
@@ -126,11 +129,12 @@ def _with_units(graph: Graph) -> Graph:
 FEASIBLE_GRAPHS = [
     _with_units(linear_graph(5)),
     _with_units(random_training_graph(6, seed=3)),
-    dataclasses.replace(_with_units(random_training_graph(6, seed=4)), fetch_overlap=0.3),
+    dataclasses.replace(_with_units(random_training_graph(6, seed=4)), fetch_overlap=0.3, prefetch=True),
+    dataclasses.replace(_with_units(random_training_graph(6, seed=5)), prefetch=True),
 ]
 
 
-@pytest.mark.parametrize("graph", FEASIBLE_GRAPHS, ids=["chain", "random", "overlapped"])
+@pytest.mark.parametrize("graph", FEASIBLE_GRAPHS, ids=["chain", "random", "overlapped", "prefetched"])
 def test_valid_plans_with_presences_are_feasible_points_with_the_simulated_cost_and_peak(graph: Graph) -> None:
     scale = memory_scale(graph)
     rng = np.random.default_rng(graph.size)
@@ -210,5 +214,5 @@ def test_a_presence_that_breaks_a_rule_is_refused() -> None:
 
 
 def test_the_graph_file_keeps_its_fetched_values() -> None:
-    graph = dataclasses.replace(_with_units(training_graph([[], [0], [1], [2]])), fetch_overlap=0.25)
+    graph = dataclasses.replace(_with_units(training_graph([[], [0], [1], [2]])), fetch_overlap=0.25, prefetch=True)
     assert Graph.from_json(graph.to_json()) == graph

@@ -12,7 +12,9 @@ import copy
 import dataclasses
 import datetime
 import faulthandler
+import functools
 import operator
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,9 +33,10 @@ import checkmate
 from checkmate.errors import RankFailed, ShardedTrainingError
 from checkmate.execute.memory import storage_bytes
 from checkmate.sharded import Sharded
+from checkmate.sharded.link import cache_file, measure_link
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
-from checkmate.sharded.units import shard_bytes_held
+from checkmate.sharded.units import initialize, shard_bytes_held, units_of
 from checkmate.simulate import Compute, Free
 from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.training.compiled import CompiledStep
@@ -236,8 +239,8 @@ def _peaks_within_plan() -> None:
     """The allocator's per-rank peak is at or below the plan's, which counts the gathered parameters, the unsharded
     gradients and the reduce buffers (`checkmate.sharded.memory`), whether the step starts from `.grad = None` or
     accumulates into the gradient shards; at 60 % it is below eager FSDP2's peak. On the small batch the units'
-    bytes matter: the measured peak is above what the plan's graph alone counts, so a plan without them would not
-    hold."""
+    bytes matter: the measured peak is above what the plan's graph counts without them (its nodes alone), so a plan
+    without them would not hold."""
     torch.manual_seed(0)
     base = TinyTransformer()
     small, large = make_batch(0), make_long_batch(0)
@@ -259,7 +262,8 @@ def _peaks_within_plan() -> None:
         accumulating = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023 (called at once)
         assert accumulating <= planned, f"{context}: measured {accumulating}, planned {planned}"
         if batch is small:
-            graph_only = checkmate.lower(step.graph, step.plan.R, step.plan.S).peak_memory
+            nodes_only = dataclasses.replace(step.graph, fetched=(), fetch_overlap=0.0, prefetch=False, stage_held=())
+            graph_only = checkmate.lower(nodes_only, step.plan.R, step.plan.S).peak_memory
             assert accumulating > graph_only, f"{context}: measured {accumulating}, the graph alone {graph_only}"
         model.zero_grad(set_to_none=True)
         from_empty = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023
@@ -282,7 +286,7 @@ def _gradients_made_by_the_step() -> None:
     ).report()
     for budget, method in ((1.0, "checkpoint_all"), (0.6, "optimal")):
         model, reference = _sharded(copy.deepcopy(base)), _sharded(copy.deepcopy(base))
-        options = {"time_limit": 5} if method == "optimal" else {}
+        options = {"time_limit": 15} if method == "optimal" else {}
         step = checkmate.compile(
             model, loss_fn, batch, budget=budget, method=method, gradient_memory="when_made", **OPTIONS, **options
         )
@@ -351,6 +355,25 @@ def _failing_rank_stops_the_others() -> None:
     assert time.perf_counter() - started < 20, "a rank failing to plan must stop the others at once"
 
 
+def _link_timings_cached(directory: Path) -> None:
+    """The all-gather timings are measured once and then read from the cache (`checkmate.sharded.link`); when one
+    rank lacks them, every rank measures again (no rank waits in a collective the other skips)."""
+    os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
+    model, _ = _pair()
+    initialize(model)
+    units = units_of(model)
+    first = measure_link(units, overlap=True)
+    again = measure_link(units, overlap=True)
+    assert not first.cached and again.cached
+    assert again.seconds == pytest.approx(first.seconds), (first, again)
+    assert again.overlap == pytest.approx(first.overlap), (first, again)
+    assert len(first.seconds) == len(units) and all(seconds > 0 for seconds in first.seconds)
+    if dist.get_rank() == 1:
+        cache_file(torch.device("cpu")).unlink()
+    assert not measure_link(units, overlap=False).cached
+    assert measure_link(units, overlap=False).cached
+
+
 def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
@@ -400,6 +423,10 @@ TWO_UNIT_USE = UnitUse(
     last_forward_stage=2,
     reshard_after_forward=(False, True),
 )
+
+
+def test_link_timings_are_cached(tmp_path: Path) -> None:
+    _spawn(tmp_path, functools.partial(_link_timings_cached, tmp_path))
 
 
 def test_unit_calls_follow_reshard_after_forward() -> None:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_memory
-from checkmate.sharded.timeline import FREE, GATHER, REDUCE, UnitCall, UnitUse, place_unit_calls
-from checkmate.simulate import Compute, Schedule
+from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
+from checkmate.simulate import Compute, Free, Schedule
 
 SCHEDULE = Schedule(
     tuple(Compute(node, node) for node in range(4)), cost=4.0, peak_memory=300, usage=(100, 200, 300, 250)
@@ -92,11 +92,13 @@ def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None
 BLOCKS = dataclasses.replace(USE, reshard_after_forward=(True, True))
 
 
-def _planned(presence: list[list[bool]]) -> Schedule:
+def _planned(presence: list[list[bool]], prefetch: bool = False) -> Schedule:
     """SCHEDULE planned with the units' `presence` (per stage, per unit): the simulator's usage then counts the
-    present units' parameters (10 and 20 bytes) in each stage."""
+    present units' parameters (10 and 20 bytes) in each stage, and with prefetching those of a unit gathered in the
+    next stage."""
     present = np.array(presence, dtype=bool)
-    usage = tuple(int(u) for u in np.array(SCHEDULE.usage) + present.astype(int) @ np.array([10, 20]))
+    device = present | (np.vstack([present[1:] & ~present[:-1], np.zeros((1, 2), dtype=bool)]) & prefetch)
+    usage = tuple(int(u) for u in np.array(SCHEDULE.usage) + device.astype(int) @ np.array([10, 20]))
     return dataclasses.replace(SCHEDULE, usage=usage, peak_memory=max(usage), presence=present)
 
 
@@ -122,14 +124,50 @@ def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_uni
     sizes = _sizes(collectives_copy)
     blocks = dataclasses.replace(BLOCKS, prefetch_gathers=prefetch)
     kept = dataclasses.replace(blocks, reshard_after_forward=(False, False))
-    schedule = _planned([[True, False], [True, True], [True, True], [True, False]])
+    schedule = _planned([[True, False], [True, True], [True, True], [True, False]], prefetch)
     assert sharded_usage(schedule, blocks, sizes) == sharded_usage(SCHEDULE, kept, sizes)
     stages, expected = stage_memory(schedule, blocks, sizes), stage_memory(SCHEDULE, kept, sizes)
     assert stages.peaks == expected.peaks
-    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, (10, 30, 30, 10), strict=True))
+    on_device = (30 if prefetch else 10, 30, 30, 10)  # with prefetching, unit 1's buffer from stage 0
+    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, on_device, strict=True))
 
 
 def test_a_read_where_the_plan_has_no_unit_gathered_is_refused() -> None:
     schedule = _planned([[True, False], [False, False], [False, True], [True, False]])
     with pytest.raises(ValueError, match="stage 1 reads a unit"):
         place_unit_calls(schedule.steps, BLOCKS, schedule.presence)
+
+
+def test_a_prefetch_starts_in_the_stage_before_the_plan_makes_a_unit_present() -> None:
+    """Unit 1 present in stages 1 and 2, unit 0 in 0 and again from stage 2, a stage before its read in stage 3 (a
+    deeper prefetch, the plan's choice): unit 1's all-gather starts at the start of stage 0, unit 0's second at the
+    start of stage 1; each GATHER waits before the first read. The buffers count in the plan's usage from there
+    (`checkmate.fetched.on_device`), so they are not in the stages' extras."""
+    sizes = _sizes(collectives_copy=False)
+    use = dataclasses.replace(BLOCKS, prefetch_gathers=True)
+    schedule = _planned([[True, False], [False, True], [True, True], [True, False]], prefetch=True)
+    steps = place_unit_calls(schedule.steps, use, schedule.presence)
+    order = [(step.action, step.unit) if isinstance(step, UnitCall) else step.node for step in steps]
+    assert order == [
+        (GATHER, 0), (PREFETCH, 1), 0, (FREE, 0), (GATHER, 1), (PREFETCH, 0), 1, 2, (REDUCE, 1), (GATHER, 0), 3,
+        (REDUCE, 0),
+    ]  # fmt: skip
+    # the plan counts 30 on the device in stages 0-2 (a buffer or parameters of both units) and 10 in stage 3, so
+    # the graph's own part is (100, 200, 300, 250); C0: 100 + unit 0 10 + unit 1's buffer 20 + the kept reduce-scatter
+    # input 10; GATHER 1: 100 + its buffer and outputs 2 x 20 + 10; PREFETCH 0: 100 + unit 1 20 + unit 0's buffer 10
+    # + 10; C1, C2: + 40; REDUCE 1 as before; GATHER 0: 300 + the buffer and outputs 2 x 10 + unit 1's kept input 20
+    assert sharded_usage(schedule, use, sizes) == (80, 90, 140, 140, 150, 140, 240, 340, 390, 340, 280, 305)
+    assert stage_memory(schedule, use, sizes).extras == (20, 10, 60, 45)
+
+
+def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
+    """With a free of the graph's after C1 and the usage at each stage's start (`Schedule.stage_start`): FREE 1,
+    placed after C1 and before that free, counts on C1's usage as in the hand count (240); the second GATHER 1,
+    between the free and C2, opens stage 2: 170 at its start + unit 0 10 + the buffer and outputs 2 x 20 + the kept
+    reduce-scatter input 10 = 230 (on C1's usage: 260), in stage 2; REDUCE 1, with nothing freed between C2 and C3,
+    opens stage 3 at C2's usage (390, as in the hand count), in stage 3."""
+    steps = (Compute(0, 0), Compute(1, 1), Free(0, 1), Compute(2, 2), Compute(3, 3))
+    schedule = dataclasses.replace(SCHEDULE, steps=steps, stage_start=(50, 90, 170, 300))
+    sizes = _sizes(collectives_copy=False)
+    assert sharded_usage(schedule, USE, sizes) == (80, 120, 150, 240, 240, 230, 340, 390, 280, 305)
+    assert stage_memory(schedule, USE, sizes).peaks == (120, 240, 340, 390)

@@ -79,6 +79,7 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
         stage_held=stage_held,
         fetched=fetched,
         fetch_overlap=graph.fetch_overlap,
+        prefetch=graph.prefetch,
     )
     return Coarsening(graph, partition, coarse, exported)
 

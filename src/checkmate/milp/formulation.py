@@ -19,9 +19,10 @@ Variables (only those that can be nonzero are created):
         G[t, v] <= G[t+1, v] from v's backward_start to its last use, G = 1 there and 0 after (so no reader runs
         after it: a restriction of `checkmate.fetched`'s rules); kept values G = 1 from their first reader to the
         last use; a value released before the backward G = 0 at its backward_start. v's bytes join U[t, 0] (eq. 2)
-        and so every U[t, k] of the stage. Each fetch costs c_v A[t, v] in (1a); with a graph's fetch_overlap > 0,
-        E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0, the fetch time of stage t that the
-        compute of stage t - 1 does not hide, is added to (1a) instead. Not in the paper.
+        and so every U[t, k] of the stage, and on a graph that prefetches those of U[t - 1, 0] with A[t, v] (the
+        fetch's buffer). Each fetch costs c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v
+        A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage
+        t - 1 does not hide, is added to (1a) instead. Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
 FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
 the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.fetched import default_presence, exposed_fetch_times, rises
+from checkmate.fetched import default_presence, exposed_fetch_times, on_device, rises
 from checkmate.graph import Graph
 from checkmate.milp.problem import MilpProblem
 from checkmate.milp.scaling import MemoryScale
@@ -171,10 +172,14 @@ def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
 
 
 def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
-    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v]; (3)-(4) U[t,k] = U[t,k-1] -
-    sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v] (+ sum_v M_v A[t+1,v] on a graph that
+    prefetches, `checkmate.fetched`); (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
     present_stage, present_value = np.nonzero(index.G_col >= 0)
+    if graph.prefetch:  # a fetch of stage t + 1 fills its buffer in stage t
+        ahead_stage, ahead_value = np.nonzero(index.A_col[1:] >= 0)
+    else:
+        ahead_stage = ahead_value = np.zeros(0, dtype=np.int64)
     U_row = index.U_col - index.U_col[0, 0]
     stage, node = np.nonzero(index.U_col >= 0)
     rest = node > 0
@@ -191,6 +196,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 U_row[held_stage, 0],
                 U_row[index.free_stage, free_target + 1],
                 U_row[present_stage, 0],
+                U_row[ahead_stage, 0],
             ]
         ),
         cols=np.concatenate(
@@ -201,6 +207,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 index.S_col[held_stage, held_node],
                 index.free_col,
                 index.G_col[present_stage, present_value],
+                index.A_col[ahead_stage + 1, ahead_value],
             ]
         ),
         values=np.concatenate(
@@ -211,6 +218,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
                 -sizes[held_node],
                 sizes[free_source],
                 -index.scale.fetched_sizes[present_value].astype(np.float64),
+                -index.scale.fetched_sizes[ahead_value].astype(np.float64),
             ]
         ),
         lower=np.zeros(stage.size),
@@ -529,7 +537,7 @@ def encode_solution(
     freed = np.zeros((index.T, index.T))
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
-    present = presence.astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
+    present = on_device(presence, graph.prefetch).astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
     U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
     x = np.zeros(index.num_variables)
     x[index.R_col[R]] = 1.0

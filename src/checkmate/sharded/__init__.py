@@ -13,8 +13,10 @@
   the same step. A rank whose planning fails makes every rank raise at once (`checkmate.training.ranks`).
 * Gathers as decisions of the plan. Each unit's gathered parameters are a fetched value of the plan's graph
   (`checkmate.fetched`): the plan decides in which stages a unit is gathered, each gather priced at its all-gather's
-  time measured at compile time (`checkmate.sharded.planning.gather_seconds`), so holding a unit from its forward to its
-  backward, freeing it and gathering it again, or recomputing instead, are weighed in one search.
+  time measured at the first compile and cached (`checkmate.sharded.link`), so holding a unit from its forward to
+  its backward, freeing it and gathering it again, or recomputing instead, are weighed in one search; with
+  prefetching, where each gather starts (the stage before the plan makes the unit present) and so the prefetches'
+  order and depth are the plan's too, their buffers counted in its memory.
   `reshard_after_forward=False` (FSDP2's root) keeps a unit gathered from its first read to its reduce;
   `ShardedOptions(hold_gathered=False)` frees every other unit between its forward and its backward, as FSDP2 does.
 * Running (`checkmate.sharded.timeline`). The plan's schedule runs with a unit's all-gather before the first step that
@@ -36,11 +38,11 @@
   ranks the allocator's per-rank peak is at or below the planned one (tests/torch/test_sharded.py). Optimizer state
   is not counted, as in a single-process step.
 
-Each unit's all-gather but the first is prefetched, as FSDP2 does (`checkmate.sharded.timeline`). Reduce-scatters
+Each gather of a run of stages that starts in stage s > 0 is prefetched from the start of stage s - 1
+(`checkmate.sharded.timeline`). Reduce-scatters
 run inside FSDP2's post-backward: on CUDA on its reduce-scatter stream, overlapping the steps after them as in eager
 FSDP2; on CPU synchronous, as in eager FSDP2. The units' calls are a schedule pass placed before the
-executor's (`UnitCalls`, `checkmate.execute.passes`): with the Inductor executor, fused runs lie between them. Not
-built yet: the link as a resource of its own (a gather's time overlapping compute), and prefetch decisions.
+executor's (`UnitCalls`, `checkmate.execute.passes`): with the Inductor executor, fused runs lie between them.
 Refused with ShardedTrainingError: CPU offload, mixed precision, HSDP (2-D meshes), tensor-parallel parameters,
 all-gather extensions, several parameter groups per unit, a root that is not sharded, and uneven inputs (another
 batch shape on some rank). A new batch shape is planned again on every rank together: every rank must meet it in

@@ -28,8 +28,10 @@ the present parameters out of the simulator's usage, to count them at the calls 
 
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to
-its end, so they are added from the next moment on) and counts the moments of the unit calls themselves, each on top
-of the usage of the compute step before it (its workspace included: an over-count, never an under-count). Its largest
+its end, so they are added from the next moment on) and counts the moments of the unit calls themselves: a call that
+only other unit calls separate from a stage's first compute step (every free of the stage before has run) on top of
+the usage at that stage's start (`Schedule.stage_start`), in that stage; every other call on top of the usage of the
+compute step before it (its workspace included: an over-count, never an under-count). Its largest
 value is the per-rank peak a sharded step's plan predicts (`sharded_peak`).
 """
 
@@ -37,12 +39,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from checkmate.execute.codegen import ScheduleItem
+from checkmate.fetched import on_device
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
 
@@ -92,7 +96,7 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
 def held_at_computes(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
     """What the units hold beside the graph's usage (`Schedule.usage`) at each compute step of `schedule`, in order:
     less than nothing where the plan's presence counts parameters in that usage that are not gathered yet."""
-    _, present = _planned_presence(schedule, sizes)
+    _, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
     moments = _moments(schedule, use, sizes)
     return tuple(moment.units - int(present[moment.stage]) for moment in moments if moment.compute)
 
@@ -122,7 +126,7 @@ def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMem
     """The extras and peaks of each stage, from one replay of the sharded step."""
     stages = max((step.stage for step in schedule.steps), default=-1) + 1
     extras, peaks = [0] * stages, [0] * stages
-    _, present = _planned_presence(schedule, sizes)
+    _, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
     for stage, graph_part, units, _ in _moments(schedule, use, sizes):
         extras[stage] = max(extras[stage], units - int(present[stage]))
         peaks[stage] = max(peaks[stage], graph_part + units)
@@ -134,7 +138,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     gathered = [False] * len(sizes.parameters)
     in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
-    presence, present = _planned_presence(schedule, sizes)
+    presence, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
     steps = place_unit_calls(schedule.steps, use, presence)
     reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
@@ -150,7 +154,8 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
         return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(copies)
 
-    for step in steps:
+    opening = _opening_stages(steps) if schedule.stage_start else [None] * len(steps)
+    for step, opens in zip(steps, opening, strict=True):
         if isinstance(step, Compute):
             before, stage = next(computes) - int(present[step.stage]), step.stage
             yield Moment(stage, before, held(), True)  # the node's own gradients are in its workspace now
@@ -161,7 +166,10 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
             prefetched = in_flight[step.unit]
             copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
             transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
-            yield Moment(stage, before, held() + transient + copy, False)
+            if opens is None:
+                yield Moment(stage, before, held() + transient + copy, False)
+            else:  # between stages, after the frees of the stage before
+                yield Moment(opens, schedule.stage_start[opens] - int(present[opens]), held() + transient + copy, False)
             copies.append(copy)
             if step.action == PREFETCH:
                 in_flight[step.unit] = True
@@ -177,10 +185,32 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
                     made_shards += sizes.gradient_shards[step.unit]
 
 
-def _planned_presence(schedule: Schedule, sizes: UnitBytes) -> tuple[np.ndarray | None, np.ndarray]:
-    """The plan's presence of the units' parameters (None: FSDP2's placement) and the bytes of the parameters
-    present in each stage, which `Schedule.usage` counts (`checkmate.fetched`) and the moments count at the units'
-    calls instead."""
+def _opening_stages(steps: Sequence[ScheduleItem]) -> list[int | None]:
+    """Per step, for a unit call that only other unit calls separate from the first compute step of a stage (so
+    every free of the stage before has run): that stage; None for every other step."""
+    last_stage: list[int] = []
+    stage = -1
+    for step in steps:
+        last_stage.append(stage)
+        if isinstance(step, Compute):
+            stage = step.stage
+    opening: list[int | None] = [None] * len(steps)
+    upcoming: int | None = None  # the stage of the next compute step, while only unit calls come before it
+    for position in range(len(steps) - 1, -1, -1):
+        step = steps[position]
+        if isinstance(step, Compute):
+            upcoming = step.stage
+        elif not isinstance(step, UnitCall):
+            upcoming = None
+        elif upcoming is not None and upcoming != last_stage[position]:
+            opening[position] = upcoming
+    return opening
+
+
+def _planned_presence(schedule: Schedule, sizes: UnitBytes, prefetch: bool) -> tuple[np.ndarray | None, np.ndarray]:
+    """The plan's presence of the units' parameters (None: FSDP2's placement) and the bytes of the parameters on the
+    device in each stage (present, or prefetched for the next stage), which `Schedule.usage` counts
+    (`checkmate.fetched.present_bytes`) and the moments count at the units' calls instead."""
     stages = (
         len(schedule.presence)
         if schedule.presence.size
@@ -188,7 +218,8 @@ def _planned_presence(schedule: Schedule, sizes: UnitBytes) -> tuple[np.ndarray 
     )
     if schedule.presence.shape[1:] != (len(sizes.parameters),):
         return None, np.zeros(stages, dtype=np.int64)
-    return schedule.presence, schedule.presence.astype(np.int64) @ np.array(sizes.parameters, dtype=np.int64)
+    held = on_device(schedule.presence, prefetch)
+    return schedule.presence, held.astype(np.int64) @ np.array(sizes.parameters, dtype=np.int64)
 
 
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:

@@ -16,11 +16,12 @@ them. A fraction is of that peak without recomputation.
 
 Each unit's gathered parameters are a fetched value of the plan's graph (`checkmate.fetched`,
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
-unit is held from its forward to its backward or gathered again, and where recomputation gathers it, are decisions of
-the same search, each gather priced at its all-gather's time measured on the process group at compile time
-(`gather_seconds`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput), and, with
-prefetching and `ShardedOptions(overlap_gathers=True)`, the fraction of a gather that runs beside compute measured as
-well (`gather_overlap`, the graph's `fetch_overlap`). The step then gathers and frees each unit where the plan says
+unit is held from its forward to its backward or gathered again, where recomputation gathers it, and (with
+prefetching, `Graph.prefetch`) how far ahead each gather starts, are decisions of the same search. Each gather is
+priced at its all-gather's time measured on the process group at the first compile and cached
+(`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput),
+and, with prefetching and `ShardedOptions(overlap_gathers=True)`, the fraction of a gather that runs beside compute
+measured as well (the graph's `fetch_overlap`). The step then gathers and frees each unit where the plan says
 (`checkmate.sharded.timeline`). What else the units hold (gather and reduce-scatter buffers, unsharded gradients, gloo's
 copies) the solver sees through the graph's `stage_held`: per stage, what they hold beside the graph's own usage in the
 step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move those; when the sharded peak
@@ -34,22 +35,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
-from checkmate.options import CostModel
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
+from checkmate.sharded.link import in_cost_unit, measure_link
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.simulate import lower
@@ -85,12 +84,12 @@ def plan_sharded(
         ShardedTrainingError: the ranks captured different steps.
     """
     device = fsdp2.device(units[0].group)
-    fetch_seconds = gather_seconds(units)
-    overlap = gather_overlap(units, fetch_seconds) if prefetch_gathers and overlap_gathers else 0.0
+    link = measure_link(units, overlap=prefetch_gathers and overlap_gathers)
     log.info(
-        "all-gather per unit: %s ms; %.0f %% of one runs beside compute",
-        ", ".join(f"{1000 * took:.2f}" for took in fetch_seconds),
-        100 * overlap,
+        "all-gather per unit (%s): %s ms; %.0f %% of one runs beside compute",
+        "cached" if link.cached else "measured",
+        ", ".join(f"{1000 * took:.2f}" for took in link.seconds),
+        100 * link.overlap,
     )
     with gathered(units):
         plain = fsdp2.plain_copy(model)
@@ -112,7 +111,7 @@ def plan_sharded(
                 settings,
                 change,
                 hold_gathered,
-                _Link(fetch_seconds, overlap, prefetch_gathers),
+                _Link(link.seconds, link.overlap, prefetch_gathers),
             ),
             group,
             device,
@@ -164,7 +163,7 @@ def _plan_within_budget(
     graph = no_remat.captured.graph
     if settings.capture.gradient_memory == "when_made":
         graph = _gradients_until_reduce(graph, units_of_capture.sizes.made)
-    fetch_costs = _in_cost_unit(link.seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
+    fetch_costs = in_cost_unit(link.seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
     fetched = unit_fetches(
         units_of_capture.use,
         units_of_capture.sizes,
@@ -172,7 +171,9 @@ def _plan_within_budget(
         fetch_costs,
         released_before_backward=not hold_gathered,
     )
-    no_remat = _with_graph(no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap))
+    no_remat = _with_graph(
+        no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap, prefetch=link.prefetch)
+    )
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
@@ -234,81 +235,6 @@ def _with_graph(no_remat: Compiled, graph: Graph) -> Compiled:
         no_remat=plan,
         schedule=lower(graph, plan.R, plan.S, plan.presence),
     )
-
-
-GATHER_TIMINGS = 5  # timed all-gathers per unit, after one that pays for the buffers
-
-
-def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
-    """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `GATHER_TIMINGS`, after one
-    untimed. A collective call: every rank gathers the units in the same order."""
-    device = fsdp2.device(units[0].group)
-    return tuple(_median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
-
-
-def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
-    """The fraction of an all-gather that runs beside compute on this rank, in [0, 1]: the largest unit's gather
-    started early (FSDP2's `unshard(async_op=True)`, as a prefetch) while matrix products of about its time run,
-    against the two apart (the median of `GATHER_TIMINGS`). A collective call, like `gather_seconds`."""
-    largest = max(range(len(units)), key=lambda unit: units[unit].shard_bytes)
-    device, gather = fsdp2.device(units[largest].group), seconds[largest]
-    left, right = _matrices(device)
-    product = _median_time(lambda: torch.mm(left, right), device)
-    count = max(1, round(gather / product)) if product > 0 else 1
-    compute = _median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
-    module = units[largest].module
-
-    def both() -> None:
-        handle = module.unshard(async_op=True)
-        for _ in range(count):
-            torch.mm(left, right)
-        if handle is not None:
-            handle.wait()
-
-    together = _median_time(both, device, after=module.reshard)
-    hidden = gather + compute - together
-    return float(min(1.0, max(0.0, hidden / min(gather, compute)))) if min(gather, compute) > 0 else 0.0
-
-
-def _median_time(call: Callable[[], object], device: torch.device, after: Callable[[], object] | None = None) -> float:
-    """The median time of `GATHER_TIMINGS` calls of `call`, after one untimed; `after` runs after each, untimed."""
-    took = []
-    for _ in range(GATHER_TIMINGS + 1):
-        _synchronize(device)
-        started = time.perf_counter()
-        call()
-        _synchronize(device)
-        took.append(time.perf_counter() - started)
-        if after is not None:
-            after()
-    return statistics.median(took[1:])
-
-
-THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
-
-
-def _in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch.device) -> tuple[float, ...]:
-    """Times in the graph's cost unit: seconds as they are ("profile"), FLOPs at the device's matrix-product
-    throughput, measured here ("flops"), nothing for the "unit" model (every node costs 1, a test model)."""
-    if cost_model == "profile":
-        return tuple(seconds)
-    if cost_model == "unit":
-        return (0.0,) * len(seconds)
-    left, right = _matrices(device)
-    flops_per_second = 2 * THROUGHPUT_SIZE**3 / _median_time(lambda: torch.mm(left, right), device)
-    return tuple(flops_per_second * each for each in seconds)
-
-
-def _matrices(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two random square matrices of side `THROUGHPUT_SIZE` on `device`: the products that time compute."""
-    return torch.randn(THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device), torch.randn(
-        THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device
-    )
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @contextlib.contextmanager

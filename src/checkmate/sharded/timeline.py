@@ -12,10 +12,12 @@ does around the forward and backward of each unit, at the places the schedule al
   makes one of its gradients: FSDP2's post-backward, which reduce-scatters the unit's gradients into the sharded
   `.grad`s (or keeps them, with `set_requires_gradient_sync(False)`) and frees the gathered parameters.
 
-* prefetch (with `UnitUse.prefetch_gathers`): each gather but the first is started early, as FSDP2's implicit
-  prefetching starts the next unit's all-gather: right after the gather before it, or after the unit's own last
-  free or reduce if that comes later. The all-gather then runs on the process group's thread while the steps between
-  compute, and the GATHER at its place only waits for it.
+* prefetch (with `UnitUse.prefetch_gathers`): a gather is started early, and the all-gather runs on the process
+  group's thread while the steps between compute; the GATHER at its place only waits for it. With the plan's
+  presence, a gather whose run of present stages starts in stage s > 0 starts at the start of stage s - 1, where the
+  plan counts its buffer (`checkmate.fetched`): how far ahead and in which order units are prefetched is the plan's.
+  Without it, as FSDP2's implicit prefetching starts the next unit's all-gather: right after the gather before it,
+  or after the unit's own last free or reduce if that comes later.
 
 Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order. Every rank runs
 the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank issues the same collectives in the
@@ -122,16 +124,22 @@ def place_unit_calls(
     """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc):
     FSDP2's placement, or, given the plan's `presence` (bool[T, units], `checkmate.fetched`), one gather per run of
     stages where a unit is present and read, before its first read there, and a free after its last read there,
-    but the last run's, which the unit's REDUCE ends."""
+    but the last run's, which the unit's REDUCE ends; with `UnitUse.prefetch_gathers`, each such gather of a run
+    that starts in stage s > 0 is started at the start of stage s - 1 (PREFETCH), where the plan counts its
+    buffer."""
     positions = unit_positions(steps, use)
     before: dict[int, list[UnitCall]] = {}
     after: dict[int, list[UnitCall]] = {}
+    starts: dict[int, list[UnitCall]] = {}  # PREFETCHes, placed after the gathers at the same place
+    stage_start = _stage_starts(steps)
     for unit in sorted(positions.last):
         forward, backward = positions.forward_reads.get(unit, []), positions.backward_reads.get(unit, [])
         if presence is not None:
             for run, reads in _reads_by_run(steps, [*forward, *backward], presence[:, unit]):
                 if reads:
                     before.setdefault(reads[0], []).append(UnitCall(GATHER, unit))
+                    if use.prefetch_gathers and run.first > 0:
+                        starts.setdefault(stage_start[run.first - 1], []).append(UnitCall(PREFETCH, unit))
                     if not run.final:
                         after.setdefault(reads[-1], []).append(UnitCall(FREE, unit))
         elif use.reshard_after_forward[unit] and forward:
@@ -145,9 +153,19 @@ def place_unit_calls(
     placed: list[ScheduleItem] = []
     for position, step in enumerate(steps):
         placed += before.get(position, [])
+        placed += starts.get(position, [])
         placed.append(step)
         placed += after.get(position, [])
-    return _with_prefetches(placed) if use.prefetch_gathers else tuple(placed)
+    return _with_prefetches(placed) if use.prefetch_gathers and presence is None else tuple(placed)
+
+
+def _stage_starts(steps: Sequence[ScheduleItem]) -> dict[int, int]:
+    """Per stage, the position of its first compute step."""
+    starts: dict[int, int] = {}
+    for position, step in enumerate(steps):
+        if isinstance(step, Compute):
+            starts.setdefault(step.stage, position)
+    return starts
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ class LocalSearch:
             read[rows] = self._read(R, rows)
             touched[rows] = True
         presence = default_presence(self.graph.fetched, R)
-        present = present_bytes(self.graph.fetched, presence)
+        present = present_bytes(self.graph.fetched, presence, self.graph.prefetch)
         touched |= True if present_before is None else present != present_before
         rows = np.flatnonzero(touched)
         usage[rows] = self.usage(R, S, rows, present)

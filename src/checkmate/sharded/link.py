@@ -1,0 +1,170 @@
+"""The process group's all-gathers as a plan prices them: each unit's gather timed on the group, cached on disk.
+
+A sharded plan prices each fetch of a unit's parameters at the time its all-gather takes (FSDP2's `unshard`, which
+on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), and, when asked, the fraction of a prefetched
+all-gather that runs beside compute. Both are measured on the process group at the first compile (`measure_link`)
+and kept in the profile cache (`profiles/link-<device>.json` under `checkmate.disk_cache.cache_root`), keyed by the
+process group's backend and size and by the unit's parameters (shapes and dtypes), as op timings are kept: the next
+compile of the same model on the same machine reuses them. Units of the same parameter shapes (a model's blocks) get
+one figure, the median of their timings.
+
+Measuring is a collective call (every rank gathers the units in the same order), so the ranks first agree whether
+all of them have every timing cached (`dist.all_reduce` of a flag); if any lacks one, every rank measures again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import checkmate.sharded.fsdp2 as fsdp2
+from checkmate.json_cache import finite_number, merge_entries, read_entries
+from checkmate.options import CostModel
+from checkmate.sharded.units import Unit
+from checkmate.torch_capture.profile import cache_directory, device_key
+
+log = logging.getLogger(__name__)
+
+GATHER_TIMINGS = 5  # timed all-gathers per unit, after one that pays for the buffers
+THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
+
+
+@dataclass(frozen=True)
+class Link:
+    """The process group as the plan prices it.
+
+    Attributes:
+        seconds: per unit, one all-gather of its parameters.
+        overlap: the fraction of a prefetched all-gather that runs beside compute (0 when not measured).
+        cached: whether the figures came from the cache (no collective was timed).
+    """
+
+    seconds: tuple[float, ...]
+    overlap: float
+    cached: bool
+
+
+def measure_link(units: Sequence[Unit], overlap: bool) -> Link:
+    """Each unit's all-gather time and, with `overlap`, the fraction of one that runs beside compute: from the cache
+    when every rank has them, else timed on the process group (`gather_seconds`, `gather_overlap`) and stored. A
+    collective call: every rank of the units' process group makes it."""
+    path = cache_file(fsdp2.device(units[0].group))
+    keys = [f"gather|{_unit_key(unit)}" for unit in units]
+    overlap_key = f"overlap|{_unit_key(_largest(units))}"
+    cache = read_entries(path, finite_number)
+    wanted = [*keys, *([overlap_key] if overlap else [])]
+    if _everywhere(all(key in cache for key in wanted), units[0]):
+        return Link(tuple(float(cache[key]) for key in keys), float(cache[overlap_key]) if overlap else 0.0, True)
+    measured = gather_seconds(units)
+    by_key: dict[str, list[float]] = {}
+    for key, took in zip(keys, measured, strict=True):
+        by_key.setdefault(key, []).append(took)
+    typical = {key: statistics.median(times) for key, times in by_key.items()}  # units of the same shapes: one figure
+    seconds = tuple(typical[key] for key in keys)
+    fraction = gather_overlap(units, seconds) if overlap else 0.0
+    merge_entries(path, typical | ({overlap_key: fraction} if overlap else {}), finite_number)
+    return Link(seconds, fraction, False)
+
+
+def _unit_key(unit: Unit) -> str:
+    """The unit's identity for the cache: the process group's backend and size, and its parameters' shapes and
+    dtypes (what its all-gather moves and copies)."""
+    group = fsdp2.shard_process_group(unit.group)
+    parameters = [
+        (tuple(shard.shape), str(shard.dtype)) for shard in map(fsdp2.sharded_parameter, fsdp2.params(unit.group))
+    ]
+    text = f"{dist.get_backend(group)}|{dist.get_world_size(group)}|{parameters}"
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _everywhere(flag: bool, unit: Unit) -> bool:
+    """Whether `flag` holds on every rank of the unit's process group (a collective call)."""
+    agreed = torch.tensor([int(flag)], device=fsdp2.device(unit.group))
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=fsdp2.shard_process_group(unit.group))
+    return bool(agreed.item())
+
+
+def _largest(units: Sequence[Unit]) -> Unit:
+    return max(units, key=lambda unit: unit.shard_bytes)
+
+
+def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
+    """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `GATHER_TIMINGS`, after one
+    untimed. A collective call: every rank gathers the units in the same order."""
+    device = fsdp2.device(units[0].group)
+    return tuple(_median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
+
+
+def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
+    """The fraction of an all-gather that runs beside compute on this rank, in [0, 1]: the largest unit's gather
+    started early (FSDP2's `unshard(async_op=True)`, as a prefetch) while matrix products of about its time run,
+    against the two apart (the median of `GATHER_TIMINGS`). A collective call, like `gather_seconds`."""
+    largest = units.index(_largest(units))
+    device, gather = fsdp2.device(units[largest].group), seconds[largest]
+    left, right = _matrices(device)
+    product = _median_time(lambda: torch.mm(left, right), device)
+    count = max(1, round(gather / product)) if product > 0 else 1
+    compute = _median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
+    module = units[largest].module
+
+    def both() -> None:
+        handle = module.unshard(async_op=True)
+        for _ in range(count):
+            torch.mm(left, right)
+        if handle is not None:
+            handle.wait()
+
+    together = _median_time(both, device, after=module.reshard)
+    hidden = gather + compute - together
+    return float(min(1.0, max(0.0, hidden / min(gather, compute)))) if min(gather, compute) > 0 else 0.0
+
+
+def in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch.device) -> tuple[float, ...]:
+    """Times in the graph's cost unit: seconds as they are ("profile"), FLOPs at the device's matrix-product
+    throughput, measured here ("flops"), nothing for the "unit" model (every node costs 1, a test model)."""
+    if cost_model == "profile":
+        return tuple(seconds)
+    if cost_model == "unit":
+        return (0.0,) * len(seconds)
+    left, right = _matrices(device)
+    flops_per_second = 2 * THROUGHPUT_SIZE**3 / _median_time(lambda: torch.mm(left, right), device)
+    return tuple(flops_per_second * each for each in seconds)
+
+
+def _median_time(call: Callable[[], object], device: torch.device, after: Callable[[], object] | None = None) -> float:
+    """The median time of `GATHER_TIMINGS` calls of `call`, after one untimed; `after` runs after each, untimed."""
+    took = []
+    for _ in range(GATHER_TIMINGS + 1):
+        _synchronize(device)
+        started = time.perf_counter()
+        call()
+        _synchronize(device)
+        took.append(time.perf_counter() - started)
+        if after is not None:
+            after()
+    return statistics.median(took[1:])
+
+
+def _matrices(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two random square matrices of side `THROUGHPUT_SIZE` on `device`: the products that time compute."""
+    return torch.randn(THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device), torch.randn(
+        THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device
+    )
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cache_file(device: torch.device) -> Path:
+    """The link timings' cache file for `device`."""
+    return cache_directory() / f"link-{device_key(device)}.json"
