@@ -170,16 +170,16 @@ def _full_budget() -> None:
 def _regathers_where_the_budget_requires() -> None:
     """Four blocks on the small batch, where the units' parameters outweigh the activations and each all-gather
     (measured, `cost_model="profile"`) costs more than the step's compute: with room for them, the plan keeps every
-    block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`); at 80 % of eager
+    block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`); at 85 % of eager
     FSDP2's peak, where no plan keeps them all, it frees some after their forward and gathers them again. The same
     five steps, bit for bit, and the allocator's peak within the plan's."""
     options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 20}
     model, reference = _pair(blocks=4)
-    tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.8, **options)
+    tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.85, **options)
     assert isinstance(tight.distribution, Sharded)
     blocks = [unit for unit, each in enumerate(tight.distribution.units) if each.reshard_after_forward]
     held = tight.distribution.held_units(tight.compiled)
-    assert len(held) < len(blocks), f"held {held} of the blocks {blocks} at 80 % of eager FSDP2's peak"
+    assert len(held) < len(blocks), f"held {held} of the blocks {blocks} at 85 % of eager FSDP2's peak"
     _train(tight, reference, make_batch)
     model.zero_grad(set_to_none=True)
     batch = make_batch(5)

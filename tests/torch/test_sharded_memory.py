@@ -61,8 +61,10 @@ def test_gradient_shards_count_from_their_reduce_when_the_step_makes_them() -> N
         # three more calls are made; at the start, those of the step before's last three (gather 1, reduce 1 and
         # reduce 0: 75)
         (True, False, (170, 180, 250, 300, 300, 335, 400, 480, 340, 380)),
-        # prefetching with gloo's copies: a prefetched gather's copies are its prefetch's (30), the gather's own none
-        (True, True, (170, 180, 200, 220, 285, 285, 300, 290, 370, 450, 340, 380)),
+        # prefetching with gloo's copies: a prefetched gather's copies are its prefetch's (30), the gather's own none;
+        # they are held from the prefetch to the gather beside the three latest calls' (C0: 200 + 30), and are then
+        # the gather's among the three latest
+        (True, True, (170, 180, 230, 250, 300, 300, 315, 335, 400, 480, 340, 380)),
         # prefetching: gather 0, prefetch 1 (its flat buffer, 20), C0, gather 1 (the buffer and the outputs), C1,
         # free 1, prefetch 1 (after the free), gather 1, C2, reduce 1, C3, reduce 0
         (False, True, (80, 90, 140, 160, 240, 240, 240, 260, 340, 390, 280, 305)),

@@ -8,9 +8,9 @@
     loss = step(*batch); optimizer.step(); optimizer.zero_grad()
 
 * Capture and plan (`checkmate.sharded.planning`). The step is captured on the unsharded model (every unit gathered
-  once at compile time), so the plan's graph is the op graph of a single-process step. Every rank plans; rank 0's
-  plan is broadcast and run on every rank (`checkmate.sharded.agreement`), after checking that every rank captured
-  the same step. A rank whose planning fails makes every rank raise at once (`checkmate.training.ranks`).
+  once at compile time), so the plan's graph is the op graph of a single-process step. Every rank captures; rank 0
+  plans, and its plan is broadcast and run on every rank (`checkmate.sharded.agreement`), after checking that every
+  rank captured the same step. A rank whose planning fails makes every rank raise at once (`checkmate.training.ranks`).
 * Gathers as decisions of the plan. Each unit's gathered parameters are a fetched value of the plan's graph
   (`checkmate.fetched`): the plan decides in which stages a unit is gathered, each gather priced at its all-gather's
   time measured at the first compile and cached (`checkmate.sharded.link`), so holding a unit from its forward to

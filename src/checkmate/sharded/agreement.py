@@ -2,9 +2,10 @@
 
 The gathers and reduce-scatters of a sharded step sit among the steps of its schedule
 (`checkmate.sharded.timeline`), so every rank must run the same schedule, or the collectives would not match. Each
-rank captures and plans (profiled costs differ from rank to rank, and so may the plans); rank 0's plan is then
-broadcast and run everywhere. The captured steps must match node for node: the same model and the same batch shape
-on every rank (uneven inputs are refused).
+rank captures and profiles its step; rank 0 alone searches for a plan (`checkmate.sharded.planning`: the other ranks
+leave it the machine's cores, and a search that finds nothing on one rank cannot fail a plan another found), which
+is then broadcast and run everywhere. The captured steps must match node for node: the same model and the same
+batch shape on every rank (uneven inputs are refused).
 """
 
 from __future__ import annotations

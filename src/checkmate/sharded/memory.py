@@ -19,7 +19,8 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
   this rank's shard per all-gather and per reduce-scatter), those copies during each unit call. gloo's worker threads
   can let a collective's buffers go well after the call returns (when the ranks' compute keeps a thread off the CPU),
   so the copies of the three latest calls are counted in the moments after them too, those of the step before's
-  last three at its start. This is a rule of thumb, not a bound: `benchmarks/investigations/gloo_copies.py` follows
+  last three at its start; a prefetched all-gather's copies are counted from its PREFETCH to its GATHER, and then
+  as the GATHER's. This is a rule of thumb, not a bound: `benchmarks/investigations/gloo_copies.py` follows
   every allocation of a step from its unit call to its free, and saw a buffer outlive its call by up to 18 calls.
 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
@@ -144,6 +145,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
     calls = [step for step in steps if isinstance(step, UnitCall)]
     copies = deque((_copies(call, sizes) for call in calls[-3:]), maxlen=3)  # the step before's last three
+    pending_copies: dict[int, int] = {}  # unit: the copies of its all-gather in flight (prefetched)
     made_shards = 0
     before = sizes.fixed_memory
     stage = next((step.stage for step in schedule.steps if isinstance(step, Compute)), 0)
@@ -152,7 +154,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     def held() -> int:
         live = [was or pending for was, pending in zip(gathered, in_flight, strict=True)]
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
-        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(copies)
+        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(copies) + sum(pending_copies.values())
 
     opening = _opening_stages(steps) if schedule.stage_start else [None] * len(steps)
     for step, opens in zip(steps, opening, strict=True):
@@ -170,10 +172,11 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
                 yield Moment(stage, before, held() + transient + copy, False)
             else:  # between stages, after the frees of the stage before
                 yield Moment(opens, schedule.stage_start[opens] - int(present[opens]), held() + transient + copy, False)
-            copies.append(copy)
-            if step.action == PREFETCH:
-                in_flight[step.unit] = True
-            elif step.action == GATHER:
+            if step.action == PREFETCH:  # its copies are held until its GATHER waits for it, and counted after that
+                in_flight[step.unit], pending_copies[step.unit] = True, copy
+            else:
+                copies.append(pending_copies.pop(step.unit, 0) if prefetched else copy)
+            if step.action == GATHER:
                 gathered[step.unit], in_flight[step.unit] = True, False
             elif step.action == FREE:
                 gathered[step.unit] = False

@@ -40,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch.distributed as dist
 from torch import nn
 
 import checkmate.sharded.fsdp2 as fsdp2
@@ -112,6 +113,7 @@ def plan_sharded(
                 change,
                 hold_gathered,
                 _Link(link.seconds, link.overlap, prefetch_gathers),
+                solves=dist.get_rank(group) == 0,
             ),
             group,
             device,
@@ -142,8 +144,11 @@ def _plan_within_budget(
     fixed_memory: int,
     hold_gathered: bool,
     link: _Link,
+    *,
+    solves: bool,
 ) -> Compiled:
-    """This rank's plan whose sharded peak fits the budget (see the module doc).
+    """This rank's plan whose sharded peak fits the budget (see the module doc); without `solves`, the capture with
+    its plan without recomputation, which rank 0's plan then replaces (`checkmate.sharded.agreement`).
 
     Raises:
         InfeasibleBudget: no plan of the method fits, or none was found within `FIT_ROUNDS` solves.
@@ -174,6 +179,8 @@ def _plan_within_budget(
     no_remat = _with_graph(
         no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap, prefetch=link.prefetch)
     )
+    if not solves:
+        return no_remat
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
