@@ -11,7 +11,7 @@ bytes / bandwidth per collective. Then the step: the model of `benchmarks/sharde
 runs its collective where it stands), each unit call timed over `--steps` steps (per rank the median; of the ranks
 the smaller, since the rank that reaches a collective last waits least for the other), beside what the fit predicts
 for its unit's shard bytes, and beside what the plan priced it at (`planned`: a unit's all-gather as
-`checkmate.sharded.planning.gather_seconds` measured it at compile time, the plan's fetch cost; a reduce-scatter runs
+`checkmate.sharded.link.gather_seconds` measured it at compile time, the plan's fetch cost; a reduce-scatter runs
 once per unit and step whatever the plan, so the plan does not price it), and the step's gathers together. A unit call
 does more than its collective (FSDP2 copies the shards in and out, a REDUCE divides and accumulates), which the
 difference shows.

@@ -56,11 +56,10 @@ class ShardedOptions:
         prefetch_gathers: start each all-gather a stage before the plan needs the unit (where the plan places it and
             counts its buffer), as FSDP2's implicit prefetching starts the next unit's early.
         overlap_gathers: price a prefetched all-gather as hidden behind the compute of the stage before it by the
-            fraction measured at compile time (`checkmate.sharded.link.gather_overlap`); off, every gather counts
-            in full. Off by default: with it, the LP relaxation of a sharded GPT-2 step solved too slowly for the
-            search to find a plan at a tight budget within 30 s (BENCHMARKS.md, "Sharded training").
+            fraction measured at the first compile (`checkmate.sharded.link.gather_overlap`); off, every gather counts
+            in full.
     """
 
     hold_gathered: bool = True
     prefetch_gathers: bool = True
-    overlap_gathers: bool = False
+    overlap_gathers: bool = True

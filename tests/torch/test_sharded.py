@@ -151,12 +151,10 @@ OPTIONS: dict[str, Any] = {"cost_model": "flops", "cache": False, "measure_memor
 
 
 def _full_budget() -> None:
-    """Also with a prefetched gather priced as partly hidden behind compute (`overlap_gathers`)."""
+    """With a prefetched gather priced as partly hidden behind compute (`overlap_gathers`, the default)."""
     model, reference = _pair()
-    sharded = checkmate.ShardedOptions(overlap_gathers=True)
-    step = checkmate.compile(
-        model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", sharded=sharded, **OPTIONS
-    )
+    step = checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)
+    assert step.graph.prefetch, "the step prefetches its gathers"
     assert isinstance(step.distribution, Sharded)
     assert [unit.reshard_after_forward for unit in step.distribution.units] == [False, True, True]
     full = sum(parameter.numel() * 4 for parameter in TinyTransformer().parameters())
@@ -173,7 +171,8 @@ def _regathers_where_the_budget_requires() -> None:
     block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`); at 85 % of eager
     FSDP2's peak, where no plan keeps them all, it frees some after their forward and gathers them again. The same
     five steps, bit for bit, and the allocator's peak within the plan's."""
-    options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 20}
+    full_price = checkmate.ShardedOptions(overlap_gathers=False)  # every gather priced in full: the choice is plain
+    options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 20, "sharded": full_price}
     model, reference = _pair(blocks=4)
     tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.85, **options)
     assert isinstance(tight.distribution, Sharded)

@@ -20,14 +20,14 @@ unit is held from its forward to its backward or gathered again, where recomputa
 prefetching, `Graph.prefetch`) how far ahead each gather starts, are decisions of the same search. Each gather is
 priced at its all-gather's time measured on the process group at the first compile and cached
 (`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput),
-and, with prefetching and `ShardedOptions(overlap_gathers=True)`, the fraction of a gather that runs beside compute
-measured as well (the graph's `fetch_overlap`). The step then gathers and frees each unit where the plan says
-(`checkmate.sharded.timeline`). What else the units hold (gather and reduce-scatter buffers, unsharded gradients, gloo's
-copies) the solver sees through the graph's `stage_held`: per stage, what they hold beside the graph's own usage in the
-step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move those; when the sharded peak
-of the plan found is over the budget, each stage where it is over takes the larger of the two estimates, that one and
-the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what
-the ones before it left).
+and, with prefetching and `ShardedOptions(overlap_gathers)` (the default), the fraction of a gather that runs
+beside compute measured as well (the graph's `fetch_overlap`). The step then gathers and frees each unit where the
+plan says (`checkmate.sharded.timeline`). What else the units hold (gather and reduce-scatter buffers, unsharded
+gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage, what they hold beside the
+graph's own usage in the step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move
+those; when the sharded peak of the plan found is over the budget, each stage where it is over takes the larger of
+the two estimates, that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share
+the method's `time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
