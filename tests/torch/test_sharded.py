@@ -356,7 +356,8 @@ def _failing_rank_stops_the_others() -> None:
 
 def _link_timings_cached(directory: Path) -> None:
     """The all-gather timings are measured once and then read from the cache (`checkmate.sharded.link`); when one
-    rank lacks them, every rank measures again (no rank waits in a collective the other skips)."""
+    rank lacks them, every rank measures again (no rank waits in a collective the other skips); a compile with
+    `cache=False` writes none."""
     os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
     model, _ = _pair()
     initialize(model)
@@ -371,6 +372,10 @@ def _link_timings_cached(directory: Path) -> None:
         cache_file(torch.device("cpu")).unlink()
     assert not measure_link(units, overlap=False).cached
     assert measure_link(units, overlap=False).cached
+    os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"uncached{dist.get_rank()}")
+    model, _ = _pair()
+    checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)  # cache=False
+    assert not cache_file(torch.device("cpu")).exists(), "compile(cache=False) must write no link timings"
 
 
 def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None:

@@ -44,6 +44,7 @@ import torch.distributed as dist
 from torch import nn
 
 import checkmate.sharded.fsdp2 as fsdp2
+from checkmate import disk_cache
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
@@ -85,7 +86,8 @@ def plan_sharded(
         ShardedTrainingError: the ranks captured different steps.
     """
     device = fsdp2.device(units[0].group)
-    link = measure_link(units, overlap=prefetch_gathers and overlap_gathers)
+    with disk_cache.caching(settings.cache):  # `compile(..., cache=False)` reads and writes no cache
+        link = measure_link(units, overlap=prefetch_gathers and overlap_gathers)
     log.info(
         "all-gather per unit (%s): %s ms; %.0f %% of one runs beside compute",
         "cached" if link.cached else "measured",
