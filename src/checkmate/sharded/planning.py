@@ -37,7 +37,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
@@ -50,7 +49,7 @@ from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
-from checkmate.sharded.link import in_cost_unit, measure_link
+from checkmate.sharded.link import Link, in_cost_unit, measure_link
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.simulate import lower
@@ -114,7 +113,8 @@ def plan_sharded(
                 settings,
                 change,
                 hold_gathered,
-                _Link(link.seconds, link.overlap, prefetch_gathers),
+                link,
+                prefetch=prefetch_gathers,
                 solves=dist.get_rank(group) == 0,
             ),
             group,
@@ -127,16 +127,6 @@ def plan_sharded(
 FIT_ROUNDS = 3
 
 
-@dataclass(frozen=True)
-class _Link:
-    """The process group as the plan prices it: each unit's all-gather in seconds, the fraction of one that runs
-    beside compute (0 without prefetching), and whether the step prefetches its all-gathers."""
-
-    seconds: Sequence[float]
-    overlap: float
-    prefetch: bool
-
-
 def _plan_within_budget(
     plain: nn.Module,
     units: Sequence[Unit],
@@ -145,11 +135,13 @@ def _plan_within_budget(
     settings: Settings,
     fixed_memory: int,
     hold_gathered: bool,
-    link: _Link,
+    link: Link,
     *,
+    prefetch: bool,
     solves: bool,
 ) -> Compiled:
-    """This rank's plan whose sharded peak fits the budget (see the module doc); without `solves`, the capture with
+    """This rank's plan whose sharded peak fits the budget (see the module doc), its units' gathers priced by `link`
+    and prefetched when `prefetch` says (`checkmate.sharded.timeline`); without `solves`, the capture with
     its plan without recomputation, which rank 0's plan then replaces (`checkmate.sharded.agreement`).
 
     Raises:
@@ -165,7 +157,7 @@ def _plan_within_budget(
         generate=False,  # planned again below; `checkmate.sharded` generates the plan's step with its units' calls
     )
     units_of_capture = captured_units(
-        no_remat.captured, units, prefetch_gathers=link.prefetch, gradient_memory=settings.capture.gradient_memory
+        no_remat.captured, units, prefetch_gathers=prefetch, gradient_memory=settings.capture.gradient_memory
     )
     graph = no_remat.captured.graph
     if settings.capture.gradient_memory == "when_made":
@@ -179,7 +171,7 @@ def _plan_within_budget(
         released_before_backward=not hold_gathered,
     )
     no_remat = _with_graph(
-        no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap, prefetch=link.prefetch)
+        no_remat, dataclasses.replace(graph, fetched=fetched, fetch_overlap=link.overlap, prefetch=prefetch)
     )
     if not solves:
         return no_remat
