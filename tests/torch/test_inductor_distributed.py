@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import datetime
 import faulthandler
+import gc
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -195,6 +196,7 @@ def _worker(rank: int, init_file: str, check: Callable[[str], None], executor: s
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
     )
     torch.set_num_threads(1)
+    faulthandler.enable(all_threads=True)  # a rank that crashes in native code shows where
     faulthandler.dump_traceback_later(200)  # a rank stuck in a collective shows where before the gloo timeout
     try:
         check(executor)
@@ -202,6 +204,7 @@ def _worker(rank: int, init_file: str, check: Callable[[str], None], executor: s
     finally:
         faulthandler.cancel_dump_traceback_later()
         dist.destroy_process_group()
+        gc.collect()  # the models' process groups go now, not in interpreter teardown (gloo aborts there)
 
 
 @pytest.mark.parametrize("executor", ["eager", "inductor"])

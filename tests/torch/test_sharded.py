@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import faulthandler
 import functools
+import gc
 import operator
 import os
 import time
@@ -383,6 +384,7 @@ def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
     )
     torch.set_num_threads(1)
+    faulthandler.enable(all_threads=True)  # a rank that crashes in native code shows where
     faulthandler.dump_traceback_later(50)  # a rank stuck in a collective shows where before the gloo timeout
     try:
         for check in checks:
@@ -391,6 +393,7 @@ def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None
     finally:
         faulthandler.cancel_dump_traceback_later()
         dist.destroy_process_group()
+        gc.collect()  # the models' process groups go now, not in interpreter teardown (gloo aborts there)
 
 
 def _spawn(tmp_path: Path, *checks: Callable[[], None]) -> None:
