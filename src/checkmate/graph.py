@@ -17,6 +17,7 @@ import numpy as np
 
 from checkmate.errors import InvalidGraph
 from checkmate.fetched import FetchedValue
+from checkmate.moved import HostLink
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Graph:
             (0: every fetch adds its time to the step; `checkmate.fetched`); more than 0 only when `prefetch`.
         prefetch: whether each fetch starts in the stage before the one its value becomes present in, holding the
             value's bytes there too (`checkmate.fetched`).
+        host_link: the link to host memory, when a plan may move nodes' outputs there and back (`checkmate.moved`).
     """
 
     nodes: tuple[Node, ...]
@@ -80,6 +82,7 @@ class Graph:
     fetched: tuple[FetchedValue, ...] = ()
     fetch_overlap: float = 0.0
     prefetch: bool = False
+    host_link: HostLink | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -195,6 +198,8 @@ class Graph:
             data["fetch_overlap"] = self.fetch_overlap
         if self.prefetch:
             data["prefetch"] = True
+        if self.host_link is not None:
+            data["host_link"] = dataclasses.asdict(self.host_link)
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -217,6 +222,7 @@ class Graph:
             fetched=fetched,
             fetch_overlap=data.get("fetch_overlap", 0.0),
             prefetch=data.get("prefetch", False),
+            host_link=_host_link_from_dict(data["host_link"]) if "host_link" in data else None,
         )
 
 
@@ -241,8 +247,9 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
-_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap", "prefetch")
+_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap", "prefetch", "host_link")
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
+_HOST_LINK_KEYS = tuple(field.name for field in dataclasses.fields(HostLink))
 _NODE_KEYS = (
     "name",
     "cost",
@@ -303,6 +310,16 @@ def _fetched_from_dict(index: int, entry: Any) -> FetchedValue:
     if missing:
         raise InvalidGraph(f"fetched value {index} lacks the field(s) {sorted(missing)}")
     return FetchedValue(**{**entry, "memory": _whole_bytes(entry["memory"]), "readers": tuple(entry["readers"])})
+
+
+def _host_link_from_dict(entry: Any) -> HostLink:
+    if not isinstance(entry, dict):
+        raise InvalidGraph(f"host_link must be a JSON object, got {type(entry).__name__}")
+    _known_keys("host_link", entry, _HOST_LINK_KEYS)
+    try:
+        return HostLink(**entry)
+    except (TypeError, ValueError) as error:
+        raise InvalidGraph(f"host_link: {error}") from None
 
 
 def _validate_fetched(graph: Graph) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from checkmate.graph import Graph
+from checkmate.moved import NO_MOVES, Moves
 from checkmate.simulate import lower
 
 # "optimal": a proven lower bound meets the plan's cost (within OPTIMALITY_TOLERANCE); "feasible": it fits, and its
@@ -56,6 +57,8 @@ class Plan:
         gap: relative gap (cost - lower_bound) / cost, when a lower bound is known.
         presence: bool[T, F], the stages where each of the graph's fetched values is present (`checkmate.fetched`;
             F = 0 for a graph without them).
+        moves: the copies of nodes' outputs to host memory and back (`checkmate.moved`; empty for none).
+        host_peak: the most bytes the moves hold in host memory, as simulated.
     """
 
     R: np.ndarray
@@ -69,6 +72,8 @@ class Plan:
     lower_bound: float | None = None
     gap: float | None = None
     presence: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
+    moves: Moves = NO_MOVES
+    host_peak: int = 0
 
     def describe(self) -> str:
         """The status in words (`describe_status`)."""
@@ -94,6 +99,14 @@ class Plan:
                 "R": self.R.astype(int).tolist(),
                 "S": self.S.astype(int).tolist(),
                 **({"presence": self.presence.astype(int).tolist()} if self.presence.size else {}),
+                **(
+                    {
+                        "copy_out": self.moves.copy_out.astype(int).tolist(),
+                        "copy_in": self.moves.copy_in.astype(int).tolist(),
+                    }
+                    if self.moves.any
+                    else {}
+                ),
             }
         )
 
@@ -104,11 +117,18 @@ class Plan:
         R = np.array(data["R"], dtype=bool).reshape(graph.size, graph.size)
         S = np.array(data["S"], dtype=bool).reshape(graph.size, graph.size)
         presence = data.get("presence")
+        moves = NO_MOVES
+        if "copy_out" in data or "copy_in" in data:
+            moves = Moves(
+                np.array(data.get("copy_out", np.zeros_like(R)), dtype=bool).reshape(graph.size, graph.size),
+                np.array(data.get("copy_in", np.zeros_like(R)), dtype=bool).reshape(graph.size, graph.size),
+            )
         return make_plan(
             graph,
             R,
             S,
             presence=None if presence is None else np.array(presence, dtype=bool).reshape(graph.size, -1),
+            moves=moves,
             method=data["method"],
             solve_time=data.get("solve_time", 0.0),
             budget=data.get("budget"),
@@ -140,10 +160,11 @@ def make_plan(
     status: PlanStatus = "feasible",
     lower_bound: float | None = None,
     presence: np.ndarray | None = None,
+    moves: Moves = NO_MOVES,
 ) -> Plan:
-    """Simulate (R, S) and the fetched values' `presence` (None: FSDP2's rule, `checkmate.fetched`) on `graph`
-    and wrap it as a Plan. Every strategy builds its plans through here."""
-    schedule = lower(graph, R, S, presence)
+    """Simulate (R, S), the fetched values' `presence` (None: FSDP2's rule, `checkmate.fetched`) and the `moves` to
+    host memory (`checkmate.moved`) on `graph` and wrap it as a Plan. Every strategy builds its plans through here."""
+    schedule = lower(graph, R, S, presence, moves)
     gap = None
     if lower_bound is not None:
         gap = max(0.0, (schedule.cost - lower_bound) / schedule.cost) if schedule.cost > 0 else 0.0
@@ -159,6 +180,8 @@ def make_plan(
         lower_bound=lower_bound,
         gap=gap,
         presence=schedule.presence,
+        moves=schedule.moves,
+        host_peak=schedule.host_peak,
     )
 
 

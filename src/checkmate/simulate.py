@@ -22,6 +22,7 @@ import numpy as np
 from checkmate.errors import InvalidSchedule
 from checkmate.fetched import check_presence, default_presence, exposed_fetch_times, present_bytes
 from checkmate.graph import Graph
+from checkmate.moved import NO_MOVES, Moves, buffered_bytes, check_moves, exposed_transfer_times, host_peak
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Schedule:
         stage_start: per stage, bytes in use at its start, before its first computation and after the frees of the
             stage before: the paper's U[t, 0] less node t's output (eq. 2: the values held into the stage) plus what
             `usage` counts beside U.
+        moves: the plan's copies to host memory and back (`checkmate.moved`; empty for none).
+        host_peak: the most bytes the moves hold in host memory.
     """
 
     steps: tuple[Step, ...]
@@ -65,16 +68,20 @@ class Schedule:
     usage: tuple[int, ...] = ()
     presence: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
     stage_start: tuple[int, ...] = ()
+    moves: Moves = NO_MOVES
+    host_peak: int = 0
 
 
-def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
-    """Raise InvalidSchedule naming the first constraint of the paper that (R, S) breaks."""
+def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves = NO_MOVES) -> None:
+    """Raise InvalidSchedule naming the first constraint of the paper that (R, S) breaks, or a rule of
+    `checkmate.moved` that its `moves` break (a copied-in value is a third source in (1b) and (1c))."""
     T = graph.size
     for name, matrix in (("R", R), ("S", S)):
         if matrix.shape != (T, T):
             raise InvalidSchedule(f"{name} has shape {matrix.shape}; the graph has {T} nodes, so it must be ({T}, {T})")
         if not np.isin(matrix, (0, 1)).all():
             raise InvalidSchedule(f"{name} must hold only 0 and 1")
+    check_moves(R, S, moves)
     R = R.astype(bool)
     S = S.astype(bool)
     missing = np.flatnonzero(~np.diag(R))
@@ -94,7 +101,8 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
         raise InvalidSchedule(
             f"(8b) S[{t}, {i}] = 1 holds node {i} before it was ever computed; S must be strictly lower triangular"
         )
-    unheld = np.argwhere(S[1:] & ~(R[:-1] | S[:-1]))
+    available = R | S | moves.copied_in(T) if moves.any else R | S
+    unheld = np.argwhere(S[1:] & ~available[:-1])
     if unheld.size:
         t, i = unheld[0]
         raise InvalidSchedule(
@@ -102,7 +110,7 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
         )
     edges = graph.edges
     if edges.size:
-        broken = np.argwhere(R[:, edges[:, 1]] & ~(R[:, edges[:, 0]] | S[:, edges[:, 0]]))
+        broken = np.argwhere(R[:, edges[:, 1]] & ~available[:, edges[:, 0]])
         if broken.size:
             t, e = broken[0]
             src, dst = edges[e]
@@ -113,10 +121,15 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray) -> None:
             )
 
 
-def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | None = None) -> Schedule:
-    """Check (R, S) and the fetched values' `presence` (None: FSDP2's rule) and turn them into the explicit
-    compute/free steps, with the simulated cost and peak."""
-    check_plan(graph, R, S)
+def lower(
+    graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | None = None, moves: Moves = NO_MOVES
+) -> Schedule:
+    """Check (R, S), the fetched values' `presence` (None: FSDP2's rule) and the `moves` to host memory, and turn
+    them into the explicit compute/free steps, with the simulated cost and peak (`checkmate.moved` for the moves'
+    memory and time)."""
+    if moves.any and graph.host_link is None:
+        raise InvalidSchedule("the plan moves values to host memory but the graph has no host_link to price them")
+    check_plan(graph, R, S, moves)
     R = R.astype(bool)
     S = S.astype(bool)
     presence = default_presence(graph.fetched, R) if presence is None else presence.astype(bool)
@@ -127,13 +140,18 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
     workspace, recompute_workspace = graph.workspace, graph.recompute_workspace
     held_before, retained = graph.held_before_stage, graph.retained
     preds = graph.predecessors
+    moving = moves.any
+    outside_plan = fetched_bytes + buffered_bytes(memory, moves, T) if moving else fetched_bytes
     steps: list[Step] = []
     live = S[0].astype(np.int64)
     current = int(memory @ live)
     usage: list[int] = []
     stage_start: list[int] = []
     for t in range(T):
-        stage_start.append(current + int(held_before[t]) + int(fetched_bytes[t]))
+        if moving:  # the values copied in for stage t are on the device from its start, as held values are
+            live += moves.copy_in[t]
+            current += int(memory @ moves.copy_in[t])
+        stage_start.append(current + int(held_before[t]) + int(outside_plan[t]))
         computed = np.flatnonzero(R[t])
         held_next = S[t + 1] if t + 1 < T else np.zeros(T, dtype=bool)
         last_consumer = _last_consumer_in_stage(preds, computed)
@@ -141,11 +159,11 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
             steps.append(Compute(int(k), t))
             live[k] += 1
             current += int(memory[k])
-            outside = (held_before[t] + retained[t] if k == t else held_before[t]) + fetched_bytes[t]
+            outside = (held_before[t] + retained[t] if k == t else held_before[t]) + outside_plan[t]
             transient = workspace[k] if k == t else recompute_workspace[k]
             usage.append(current + int(outside) + int(transient))
             for i in preds[k]:
-                if last_consumer[i] == k and not held_next[i]:
+                if last_consumer[i] == k and not held_next[i] and not (moving and moves.copy_out[t, i]):
                     steps.append(Free(i, t))
                     live[i] -= 1
                     current -= int(memory[i])
@@ -154,8 +172,17 @@ def lower(graph: Graph, R: np.ndarray, S: np.ndarray, presence: np.ndarray | Non
             steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
         live -= drops
         current -= int(memory @ drops)
-    cost = plan_cost(graph, R) + fetch_time(graph, R, presence)
-    return Schedule(tuple(steps), cost, max(usage), tuple(usage), presence, tuple(stage_start))
+    cost = plan_cost(graph, R) + fetch_time(graph, R, presence) + transfer_time(graph, R, moves)
+    return Schedule(
+        tuple(steps),
+        cost,
+        max(usage),
+        tuple(usage),
+        presence,
+        tuple(stage_start),
+        moves if moving else NO_MOVES,
+        host_peak(memory, moves, T) if moving else 0,
+    )
 
 
 def plan_cost(graph: Graph, R: np.ndarray) -> float:
@@ -182,6 +209,15 @@ def fetch_time(graph: Graph, R: np.ndarray, presence: np.ndarray) -> float:
     if not graph.fetched:
         return 0.0
     return float(exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap).sum())
+
+
+def transfer_time(graph: Graph, R: np.ndarray, moves: Moves) -> float:
+    """The time of the copies to host memory and back that compute does not hide
+    (`checkmate.moved.exposed_transfer_times`)."""
+    if not moves.any:
+        return 0.0
+    to_host, to_device = exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute(graph, R))
+    return float(to_host.sum() + to_device.sum())
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

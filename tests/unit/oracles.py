@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 from checkmate.graph import Graph
+from checkmate.moved import Moves
 
 
 def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
@@ -130,3 +131,66 @@ def with_stage_held(graph: Graph, seed: int, largest: int = 4) -> Graph:
     return dataclasses.replace(
         graph, stage_held=tuple(int(value) for value in rng.integers(0, largest + 1, graph.size))
     )
+
+
+def moved_everywhere_but_reads(
+    graph: Graph, R: np.ndarray, S: np.ndarray, node: int, *, after_a_read: bool = False
+) -> tuple[np.ndarray, Moves]:
+    """S without `node`'s holds after its copy out (but in the next stage where that reads it), and the moves that
+    replace them: a copy out in the stage of its first run (`after_a_read`: of a read in a later stage, where it is
+    held, preferably one that other computations follow) and a copy in for each later stage that reads it."""
+    T = graph.size
+    S = S.copy()
+    copy_out = np.zeros((T, T), dtype=bool)
+    copy_in = np.zeros((T, T), dtype=bool)
+    users = list(graph.users[node])
+    reads = [stage for stage in range(node + 1, T) if R[stage, users].any() and S[stage, node]]
+    # preferably a read followed by other computations in its stage: its copy out keeps the value to the stage's end
+    busy = [stage for stage in reads if np.flatnonzero(R[stage]).max() > max(u for u in users if R[stage, u])]
+    made = (busy or reads)[0] if after_a_read and reads else node
+    copy_out[made, node] = True
+    if made + 1 < T and not R[made + 1, users].any():
+        S[made + 1, node] = False  # not read in the stage after its copy out: dropped when that ends
+    for stage in range(made + 2, T):
+        if S[stage, node] or R[stage, users].any():
+            S[stage, node] = False
+            copy_in[stage, node] = bool(R[stage, users].any())
+    return S, Moves(copy_out, copy_in)
+
+
+def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves) -> tuple[float, list[int], int]:
+    """(cost, device usage after each computation, host peak) from the rules of `checkmate.moved` and the paper's
+    equations, with plain loops: nothing from the library's simulator."""
+    T = graph.size
+    M = [int(node.memory) for node in graph.nodes]
+    link = graph.host_link
+    assert link is not None
+    out = moves.copy_out.astype(bool).tolist()
+    back = moves.copy_in.astype(bool).tolist()
+    R_ = R.astype(bool).tolist()
+    S_ = S.astype(bool).tolist()
+    first = [node.cost for node in graph.nodes]
+    again = [node.cost if node.recompute_cost is None else node.recompute_cost for node in graph.nodes]
+    cost, usages = 0.0, []
+    for t in range(T):
+        compute = sum(first[i] if i == t else again[i] for i in range(T) if R_[t][i])
+        cost += compute
+        to_host = sum(link.latency + link.to_host_per_byte * M[i] for i in range(T) if out[t][i])
+        to_device = 0.0
+        if t + 1 < T:
+            to_device = sum(link.latency + link.to_device_per_byte * M[i] for i in range(T) if back[t + 1][i])
+        cost += max(0.0, to_host - link.overlap * compute) + max(0.0, to_device - link.overlap * compute)
+        buffers = sum(M[i] for i in range(T) if t + 1 < T and back[t + 1][i])
+        held_next = S_[t + 1] if t + 1 < T else [False] * T
+        usage = sum(M[i] for i in range(T) if S_[t][i] or back[t][i])
+        for k in range(T):
+            if not R_[t][k]:
+                continue
+            usage += M[k]
+            usages.append(usage + buffers + graph.fixed_memory)
+            for i in graph.predecessors[k]:
+                later = any(R_[t][j] for j in graph.users[i] if j > k)
+                if not held_next[i] and not later and not out[t][i]:
+                    usage -= M[i]
+    host = sum(M[i] for i in range(T) if any(out[t][i] for t in range(T)))
+    return cost, usages, host

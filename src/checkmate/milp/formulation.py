@@ -37,8 +37,23 @@ import scipy.sparse as sp
 
 from checkmate.fetched import default_presence, exposed_fetch_times, on_device, rises
 from checkmate.graph import Graph
+from checkmate.milp.moves import (
+    NO_TERMS,
+    MoveColumns,
+    decode_moves,
+    dependency_terms,
+    encode_moves,
+    integer_columns,
+    memory_terms,
+    move_columns,
+    move_rows,
+    objective_columns,
+    persistence_terms,
+)
 from checkmate.milp.problem import MilpProblem
+from checkmate.milp.row_block import RowBlock
 from checkmate.milp.scaling import MemoryScale
+from checkmate.moved import NO_MOVES, Moves
 from checkmate.simulate import stage_compute
 
 
@@ -50,7 +65,8 @@ class VariableIndex:
     belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
     variable later_free[p] with R[free_stage, later_user[p]]. G_col and A_col are int64[T, F], the presence and
     the fetch of each fetched value in each stage; E_col int64[T] (empty without fetched values or without their
-    overlap, `Graph.fetch_overlap`) the exposed fetch time of each stage.
+    overlap, `Graph.fetch_overlap`) the exposed fetch time of each stage. `moves` numbers the variables of the moves to
+    host memory (`checkmate.milp.moves`; none without the graph's host link).
     """
 
     T: int
@@ -67,23 +83,17 @@ class VariableIndex:
     E_col: np.ndarray
     scale: MemoryScale
     budget_units: float
+    moves: MoveColumns
 
     @property
     def num_variables(self) -> int:
+        if self.moves.end >= 0:
+            return self.moves.end
         if self.E_col.size:
             return int(self.E_col.max()) + 1
         if self.A_col.size:
             return int(self.A_col.max()) + 1
         return int(self.free_col[-1]) + 1 if self.free_col.size else int(self.U_col.max()) + 1
-
-
-@dataclass(frozen=True)
-class _RowBlock:
-    rows: np.ndarray
-    cols: np.ndarray
-    values: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
 
 
 def expand_ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,8 +147,9 @@ def _later_users(graph: Graph, free_lookup: np.ndarray, R_col: np.ndarray) -> tu
     return free[keep], user[keep]
 
 
-def _dependency_rows(graph: Graph, R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
-    """(1b) R[t, j] <= R[t, i] + S[t, i] for every edge (i, j) and stage t >= j."""
+def _dependency_rows(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, moves: MoveColumns) -> RowBlock:
+    """(1b) R[t, j] <= R[t, i] + S[t, i] (+ P[t, i], a copy back from host memory) for every edge (i, j) and stage
+    t >= j."""
     edges = graph.edges
     edge, stage = expand_ranges(edges[:, 1], np.full(len(edges), graph.size))
     source, target = edges[edge, 0], edges[edge, 1]
@@ -147,33 +158,38 @@ def _dependency_rows(graph: Graph, R_col: np.ndarray, S_col: np.ndarray) -> _Row
     row = np.arange(stage.size)
     held = S_col[stage, source]
     has_held = held >= 0
-    return _RowBlock(
-        rows=np.concatenate([row, row, row[has_held]]),
-        cols=np.concatenate([R_col[stage, target], R_col[stage, source], held[has_held]]),
-        values=np.concatenate([np.ones(row.size), -np.ones(row.size), -np.ones(int(has_held.sum()))]),
+    copied_in = dependency_terms(moves, stage, source)
+    return RowBlock(
+        rows=np.concatenate([row, row, row[has_held], copied_in.rows]),
+        cols=np.concatenate([R_col[stage, target], R_col[stage, source], held[has_held], copied_in.cols]),
+        values=np.concatenate([np.ones(row.size), -np.ones(row.size), -np.ones(int(has_held.sum())), copied_in.values]),
         lower=np.full(row.size, -np.inf),
         upper=np.zeros(row.size),
     )
 
 
-def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray) -> _RowBlock:
-    """(1c) S[t, i] <= R[t-1, i] + S[t-1, i] for every existing S[t, i]."""
+def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray, moves: MoveColumns) -> RowBlock:
+    """(1c) S[t, i] <= R[t-1, i] + S[t-1, i] (+ P[t-1, i], a copy back) for every existing S[t, i]."""
     stage, node = np.nonzero(S_col >= 0)
     row = np.arange(stage.size)
     previous = S_col[stage - 1, node]
     has_previous = previous >= 0
-    return _RowBlock(
-        rows=np.concatenate([row, row, row[has_previous]]),
-        cols=np.concatenate([S_col[stage, node], R_col[stage - 1, node], previous[has_previous]]),
-        values=np.concatenate([np.ones(row.size), -np.ones(row.size), -np.ones(int(has_previous.sum()))]),
+    copied_in = persistence_terms(moves, stage, node)
+    return RowBlock(
+        rows=np.concatenate([row, row, row[has_previous], copied_in.rows]),
+        cols=np.concatenate([S_col[stage, node], R_col[stage - 1, node], previous[has_previous], copied_in.cols]),
+        values=np.concatenate(
+            [np.ones(row.size), -np.ones(row.size), -np.ones(int(has_previous.sum())), copied_in.values]
+        ),
         lower=np.full(row.size, -np.inf),
         upper=np.zeros(row.size),
     )
 
 
-def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v] (+ sum_v M_v A[t+1,v] on a graph that
-    prefetches, `checkmate.fetched`); (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    prefetches, `checkmate.fetched`; + sum_i M_i (P[t,i] + P[t+1,i]) with moves, `checkmate.milp.moves`);
+    (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
     present_stage, present_value = np.nonzero(index.G_col >= 0)
     if graph.prefetch:  # a fetch of stage t + 1 fills its buffer in stage t
@@ -187,9 +203,11 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     held_stage, held_node = np.nonzero(index.S_col >= 0)
     edges = graph.edges
     free_source, free_target = edges[index.free_edge, 0], edges[index.free_edge, 1]
-    return _RowBlock(
+    copied_in = memory_terms(index.moves, U_row, index.scale.sizes) if index.moves.X_col.size else NO_TERMS
+    return RowBlock(
         rows=np.concatenate(
             [
+                copied_in.rows,
                 U_row[stage, node],
                 U_row[stage[rest], node[rest]],
                 U_row[stage[computed], node[computed]],
@@ -201,6 +219,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
         ),
         cols=np.concatenate(
             [
+                copied_in.cols,
                 index.U_col[stage, node],
                 index.U_col[stage[rest], node[rest] - 1],
                 index.R_col[stage[computed], node[computed]],
@@ -212,6 +231,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
         ),
         values=np.concatenate(
             [
+                copied_in.values,
                 np.ones(stage.size),
                 -np.ones(int(rest.sum())),
                 -sizes[node[computed]],
@@ -257,12 +277,12 @@ def moment_retained(index: VariableIndex) -> np.ndarray:
     return index.scale.retained_at(stage, node).astype(np.float64)
 
 
-def _workspace_rows(index: VariableIndex) -> _RowBlock:
+def _workspace_rows(index: VariableIndex) -> RowBlock:
     """U[t, k] + W_k R[t, k] <= budget - retained(t, k) where node k runs with a workspace (U's upper bound covers
     the rest)."""
     stage, node, workspace = _running_with_workspace(index)
     row = np.arange(stage.size)
-    return _RowBlock(
+    return RowBlock(
         rows=np.concatenate([row, row]),
         cols=np.concatenate([index.U_col[stage, node], index.R_col[stage, node]]),
         values=np.concatenate([np.ones(row.size), workspace]),
@@ -271,7 +291,7 @@ def _workspace_rows(index: VariableIndex) -> _RowBlock:
     )
 
 
-def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+def _free_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """Eq. 5 linearised per factor: FREE <= R[t,k]; FREE + S[t+1,i] <= 1; FREE + R[t,j] <= 1 for later users j."""
     edges = graph.edges
     count = index.free_col.size
@@ -284,7 +304,7 @@ def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     computed_rows = np.arange(count)
     held_rows = count + np.arange(has_held.size)
     later_rows = count + has_held.size + np.arange(pairs)
-    return _RowBlock(
+    return RowBlock(
         rows=np.concatenate([computed_rows, computed_rows, held_rows, held_rows, later_rows, later_rows]),
         cols=np.concatenate(
             [
@@ -302,7 +322,7 @@ def _free_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
-def _presence_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+def _presence_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """G[t, v] - R[t, i] >= 0 for each reader i of v; A[t, v] - G[t, v] + G[t-1, v] >= 0 (A[0, v] - G[0, v] >= 0);
     G[t, v] - G[t+1, v] <= 0 from v's backward_start to its last use (`checkmate.fetched`)."""
     reader_value = np.array([v for v, value in enumerate(graph.fetched) for _ in value.readers], dtype=np.int64)
@@ -319,7 +339,7 @@ def _presence_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     ends = np.array([value.last_use for value in graph.fetched], dtype=np.int64)
     settled_value, settled_stage = expand_ranges(starts, ends)
     settled = reads.size + fetch.size + np.arange(settled_stage.size)
-    return _RowBlock(
+    return RowBlock(
         rows=np.concatenate([reads, reads, fetch, fetch, fetch[earlier], settled, settled]),
         cols=np.concatenate(
             [
@@ -348,10 +368,10 @@ def _presence_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     )
 
 
-def _exposed_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
+def _exposed_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """E[t] - sum_v c_v A[t, v] + overlap * sum_i c[t-1, i] R[t-1, i] >= 0 (`checkmate.fetched`'s time model)."""
     if not index.E_col.size:
-        return _RowBlock(*(np.zeros(0, dtype=dtype) for dtype in (np.int64, np.int64, float, float, float)))
+        return RowBlock(*(np.zeros(0, dtype=dtype) for dtype in (np.int64, np.int64, float, float, float)))
     fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
     costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
     run_stage, run_node = np.nonzero(index.R_col >= 0)
@@ -359,7 +379,7 @@ def _exposed_rows(graph: Graph, index: VariableIndex) -> _RowBlock:
     run_stage, run_node = run_stage[hiding], run_node[hiding]
     prices = np.where(run_stage == run_node, graph.costs[run_node], graph.recompute_costs[run_node])
     stages = np.arange(index.T)
-    return _RowBlock(
+    return RowBlock(
         rows=np.concatenate([stages, fetch_stage, run_stage + 1]),
         cols=np.concatenate([index.E_col, index.A_col[fetch_stage, fetch_value], index.R_col[run_stage, run_node]]),
         values=np.concatenate([np.ones(index.T), -costs[fetch_value], graph.fetch_overlap * prices]),
@@ -391,6 +411,7 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     A_col = after_free + T * fetched[1] + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     overlaps = fetched[1] > 0 and graph.fetch_overlap > 0
     E_col = after_free + 2 * T * fetched[1] + np.arange(T if overlaps else 0, dtype=np.int64)
+    moves = move_columns(graph, R_col, S_col, after_free + 2 * T * fetched[1] + E_col.size)
     return VariableIndex(
         T=T,
         R_col=R_col,
@@ -406,6 +427,7 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
         E_col=E_col,
         scale=scale,
         budget_units=budget_units,
+        moves=moves,
     )
 
 
@@ -424,14 +446,18 @@ def encode(
     """
     index = build_index(graph, scale, budget_units)
     num_vars = index.num_variables
+    edges = graph.edges
     blocks = [
-        _dependency_rows(graph, index.R_col, index.S_col),
-        _persistence_rows(index.R_col, index.S_col),
+        _dependency_rows(graph, index.R_col, index.S_col, index.moves),
+        _persistence_rows(index.R_col, index.S_col, index.moves),
         _memory_rows(graph, index),
         _free_rows(graph, index),
         _workspace_rows(index),
         _presence_rows(graph, index),
         _exposed_rows(graph, index),
+        move_rows(
+            graph, index.moves, index.R_col, index.S_col, (index.free_col, index.free_stage, edges[index.free_edge, 0])
+        ),
     ]
     offsets = np.cumsum([0] + [block.lower.size for block in blocks])
     rows = np.concatenate([block.rows + offset for block, offset in zip(blocks, offsets, strict=False)])
@@ -460,6 +486,7 @@ def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     else:
         fetch_costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
         c[index.A_col] = fetch_costs[None, :]  # no overlap: every fetch at its value's cost (not part of the paper)
+    c[objective_columns(index.moves)] = 1.0  # the exposed time of the moves to host memory and back (not the paper's)
     return c
 
 
@@ -478,6 +505,7 @@ def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_b
     stage, node = np.nonzero(index.U_col >= 0)
     upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
     upper[index.E_col] = np.inf  # exposed fetch time, in the cost unit
+    upper[objective_columns(index.moves)] = np.inf  # exposed transfer times, in the cost unit
     for v, value in enumerate(graph.fetched):
         upper[index.G_col[value.last_use + 1 :, v]] = 0.0  # gone after its last use: no reader runs there
         if value.released_before_backward and value.backward_start < index.T:
@@ -494,6 +522,7 @@ def _integrality(index: VariableIndex, num_vars: int) -> np.ndarray:
     integer[index.R_col[index.R_col >= 0]] = True  # (1f)
     integer[index.S_col[index.S_col >= 0]] = True
     integer[index.G_col] = True
+    integer[integer_columns(index.moves)] = True
     return integer
 
 
@@ -511,6 +540,11 @@ def decode_presence(x: np.ndarray, index: VariableIndex) -> np.ndarray:
     return np.asarray(x[index.G_col] > 0.5, dtype=bool).reshape(index.G_col.shape)
 
 
+def decode_plan_moves(x: np.ndarray, index: VariableIndex) -> Moves:
+    """The moves to host memory of an integral solution vector (none without the graph's host link)."""
+    return decode_moves(x, index.moves)
+
+
 def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]:
     """The 0/1 plan (R, S), bool[T, T], of an integral solution vector."""
     R, S = decode_fractional(x, index)
@@ -518,10 +552,16 @@ def decode(x: np.ndarray, index: VariableIndex) -> tuple[np.ndarray, np.ndarray]
 
 
 def encode_solution(
-    graph: Graph, index: VariableIndex, R: np.ndarray, S: np.ndarray, presence: np.ndarray | None = None
+    graph: Graph,
+    index: VariableIndex,
+    R: np.ndarray,
+    S: np.ndarray,
+    presence: np.ndarray | None = None,
+    moves: Moves = NO_MOVES,
 ) -> np.ndarray:
     """The full variable vector of a valid plan (R, S) with the fetched values' `presence` (None: FSDP2's rule,
-    `checkmate.fetched.default_presence`): a warm start. Useless entries of R and S are dropped."""
+    `checkmate.fetched.default_presence`) and its `moves` to host memory: a warm start. Useless entries of R and S
+    are dropped."""
     presence = default_presence(graph.fetched, R.astype(bool)) if presence is None else presence.astype(bool)
     R = R.astype(bool) & (index.R_col >= 0)
     S = S.astype(bool) & (index.S_col >= 0)
@@ -532,12 +572,14 @@ def encode_solution(
     inner = stage + 1 < index.T
     held_next[inner] = S[stage[inner] + 1, source[inner]]
     hazards = np.bincount(index.later_free, weights=R[stage[index.later_free], index.later_user], minlength=stage.size)
-    free = R[stage, target] & ~held_next & (hazards == 0)  # eq. 5
+    free = R[stage, target] & ~held_next & (hazards == 0) & ~moves.copied_out(index.T)[stage, source]  # eq. 5
     sizes = index.scale.sizes.astype(np.float64)
     freed = np.zeros((index.T, index.T))
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
     present = on_device(presence, graph.prefetch).astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
+    copied_in = moves.copied_in(index.T).astype(np.float64) @ sizes
+    present += copied_in + np.append(copied_in[1:], 0.0)  # copies back: the value, and its buffer the stage before
     U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
     x = np.zeros(index.num_variables)
     x[index.R_col[R]] = 1.0
@@ -548,4 +590,5 @@ def encode_solution(
     x[index.A_col] = rises(presence)
     if index.E_col.size:
         x[index.E_col] = exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
+    encode_moves(x, graph, index.moves, moves, stage_compute(graph, R))
     return x

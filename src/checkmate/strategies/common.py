@@ -58,6 +58,7 @@ def final_plan(graph: Graph, budget: int, plan: Plan, *, bound: float | None, st
         status=proven_status(plan.cost, bound),
         lower_bound=None if bound is None else min(bound, plan.cost),
         presence=plan.presence,
+        moves=plan.moves,
     )
     assert final.peak_memory <= budget, "a plan must fit the budget it was made for"
     return final

@@ -28,7 +28,14 @@ from checkmate.errors import InfeasibleBudget
 from checkmate.fetched import kept_throughout
 from checkmate.graph import Graph
 from checkmate.milp.backends import milp_backend
-from checkmate.milp.formulation import VariableIndex, decode, decode_presence, encode, encode_solution
+from checkmate.milp.formulation import (
+    VariableIndex,
+    decode,
+    decode_plan_moves,
+    decode_presence,
+    encode,
+    encode_solution,
+)
 from checkmate.milp.problem import MilpProblem, MilpSolution, SolveOptions, SolveStatus
 from checkmate.milp.scaling import DEFAULT_RESOLUTION, memory_scale
 from checkmate.options import SolverChoice
@@ -190,7 +197,7 @@ def _keeping_fetched_values(
     except InfeasibleBudget:
         return None
     log.info("keeping every fetched value: cost %.6g", plan.cost)
-    return make_plan(graph, plan.R, plan.S, method=method, presence=plan.presence)
+    return make_plan(graph, plan.R, plan.S, method=method, presence=plan.presence, moves=plan.moves)
 
 
 def _rounding_time(control: SearchControl, problem: MilpProblem, policy: SearchPolicy) -> float | None:
@@ -239,7 +246,7 @@ def _start(
     highspy 1.x on the small graphs of tests/solver/test_fetched.py)."""
     if fallback is None or graph.fetched:
         return None
-    start = encode_solution(graph, index, fallback.R, fallback.S, fallback.presence)
+    start = encode_solution(graph, index, fallback.R, fallback.S, fallback.presence, fallback.moves)
     violation = problem.max_violation(start)
     if violation > policy.solver_tolerance:
         log.info("the warm start %s breaks the unit-rounded model by %g; solving cold", fallback.method, violation)
@@ -256,10 +263,10 @@ def _best_plan(
     if solution.x is not None:
         R, S = decode(solution.x, index)
         presence = decode_presence(solution.x, index)
-        candidates += [
-            make_plan(graph, R, S, method=method, presence=presence),
-            make_plan(graph, cheapest_r(graph, S), S, method=method, presence=presence),
-        ]
+        moves = decode_plan_moves(solution.x, index)
+        candidates.append(make_plan(graph, R, S, method=method, presence=presence, moves=moves))
+        if not moves.any:  # `cheapest_r` knows no copies back from host memory
+            candidates.append(make_plan(graph, cheapest_r(graph, S), S, method=method, presence=presence))
     return cheapest_fitting(candidates, budget)
 
 

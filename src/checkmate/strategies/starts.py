@@ -93,7 +93,8 @@ def starting_plans(
     def failure() -> Exception:
         return infeasible_budget(graph, budget, method=method, time_limit=message_time)
 
-    if not clock.stopped:
+    # the retention and closure bounds price memory in recomputation alone: moves to host memory may beat them
+    if not clock.stopped and graph.host_link is None:
         load = policy.load_seconds_per_variable
 
         def stopped() -> bool:

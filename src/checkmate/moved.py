@@ -1,0 +1,158 @@
+"""Values moved to host memory and back: the third choice beside keeping a value on the device and recomputing it.
+
+A plan may copy a node's output to host memory in a stage where the output is on the device, and copy it back for
+a later stage that reads it, instead of holding it (S) or computing it again (R). The decisions (`Moves`, bool[T, T]
+each, in the paper's stage-by-node layout):
+
+* `copy_out[t, i]`: node i's output is copied to host memory during stage t;
+* `copy_in[t, i]`: it is copied back for stage t: present on the device in stage t as a held value is.
+
+The rules a plan with moves obeys (`check_moves`), beside the paper's:
+
+* (m1) a copy out of i in stage t needs i on the device there (R[t, i] or S[t, i]); each output is copied out at
+  most once in a step;
+* (m2) a copy in of i for stage t needs a copy out of i in a stage s <= t - 2 (the copy out ends with its stage s,
+  the copy in runs during stage t - 1), so never for stages 0 and 1;
+* (m3) a copied-in value is not also computed or held in that stage (R[t, i] = S[t, i] = 0);
+* the paper's (1b) and (1c) take a copied-in value as a third source: R[t, j] <= R[t, i] + S[t, i] + copy_in[t, i]
+  for each edge (i, j), and S[t + 1, i] <= R[t, i] + S[t, i] + copy_in[t, i].
+
+The memory model, on the device: a copied-in value holds its bytes in stage t from the stage's start as a held value
+does (freed after its last reader there unless held into stage t + 1), and throughout stage t - 1, where its copy
+fills a buffer of its bytes; a value copied out in stage t stays on the device to the end of stage t (its copy
+completes with the stage), where it is dropped unless held into stage t + 1. On the host: a copied-out value holds
+its bytes from its copy out to the end of the step (`host_peak`).
+
+The time model (`exposed_transfer_times`): the link to host memory runs beside compute, one copy after another in
+each direction (device to host and host to device are separate). A stage's copies out run beside that stage's
+compute, the copies in for stage t + 1 beside stage t's; each direction hides behind `HostLink.overlap` x the
+stage's compute, and what it does not hide adds to the step's time. A copy costs the link's latency plus its bytes at
+the direction's cost per byte, in the graph's cost unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from checkmate.errors import InvalidSchedule
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The link between the device and host memory, priced in the graph's cost unit.
+
+    Attributes:
+        to_host_per_byte: the cost of one byte copied from the device to host memory.
+        to_device_per_byte: the cost of one byte copied from host memory to the device.
+        latency: the fixed cost of each copy, either way.
+        overlap: the fraction of a stage's compute that copies run beside, hidden (0: every copy adds its time).
+    """
+
+    to_host_per_byte: float
+    to_device_per_byte: float
+    latency: float = 0.0
+    overlap: float = 1.0
+
+    def __post_init__(self) -> None:
+        figures = (self.to_host_per_byte, self.to_device_per_byte, self.latency)
+        if not all(np.isfinite(figure) and figure >= 0 for figure in figures):
+            raise ValueError(f"a host link's costs must be finite and >= 0, got {figures}")
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"a host link's overlap must lie in [0, 1], got {self.overlap}")
+
+    def to_host_costs(self, sizes: np.ndarray) -> np.ndarray:
+        """float64[n]: the cost of copying each of `sizes` bytes to host memory."""
+        return self.latency + self.to_host_per_byte * sizes.astype(np.float64)
+
+    def to_device_costs(self, sizes: np.ndarray) -> np.ndarray:
+        """float64[n]: the cost of copying each of `sizes` bytes back to the device."""
+        return self.latency + self.to_device_per_byte * sizes.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Moves:
+    """A plan's copies to host memory and back (module doc); empty (shape (0, 0)) for a plan without moves.
+
+    Attributes:
+        copy_out: bool[T, T]; copy_out[t, i] = 1 when node i's output is copied to host memory during stage t.
+        copy_in: bool[T, T]; copy_in[t, i] = 1 when it is copied back for stage t (present there).
+    """
+
+    copy_out: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
+    copy_in: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
+
+    @property
+    def any(self) -> bool:
+        """Whether the plan moves anything."""
+        return bool(self.copy_out.any() or self.copy_in.any())
+
+    def copied_in(self, T: int) -> np.ndarray:
+        """bool[T, T]: `copy_in`, or all false for a plan without moves."""
+        return self.copy_in.astype(bool) if self.copy_in.size else np.zeros((T, T), dtype=bool)
+
+    def copied_out(self, T: int) -> np.ndarray:
+        """bool[T, T]: `copy_out`, or all false for a plan without moves."""
+        return self.copy_out.astype(bool) if self.copy_out.size else np.zeros((T, T), dtype=bool)
+
+
+NO_MOVES = Moves()
+
+
+def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves) -> None:
+    """Raise InvalidSchedule naming the first rule (m1)-(m3) of the module doc that `moves` breaks for the plan
+    (R, S); the paper's (1b) and (1c) with copied-in values are checked by `checkmate.simulate.check_plan`."""
+    T = R.shape[0]
+    if not moves.copy_out.size and not moves.copy_in.size:
+        return
+    for name, matrix in (("copy_out", moves.copy_out), ("copy_in", moves.copy_in)):
+        if matrix.shape != (T, T):
+            raise InvalidSchedule(f"{name} has shape {matrix.shape}; the graph has {T} nodes, so it must be ({T}, {T})")
+    out, back = moves.copy_out.astype(bool), moves.copy_in.astype(bool)
+    on_device = R.astype(bool) | S.astype(bool)
+    stranded = np.argwhere(out & ~on_device)
+    if stranded.size:
+        t, i = stranded[0]
+        raise InvalidSchedule(f"(m1) copy_out[{t}, {i}] = 1 but node {i} is neither computed nor held in stage {t}")
+    twice = np.flatnonzero(out.sum(axis=0) > 1)
+    if twice.size:
+        raise InvalidSchedule(f"(m1) node {twice[0]}'s output is copied out {int(out[:, twice[0]].sum())} times")
+    copied_by = np.cumsum(out, axis=0)  # copied_by[s, i]: copied out in a stage <= s
+    ready = np.zeros_like(back)
+    ready[2:] = copied_by[:-2] > 0  # (m2) copied out in a stage <= t - 2
+    early = np.argwhere(back & ~ready)
+    if early.size:
+        t, i = early[0]
+        raise InvalidSchedule(f"(m2) copy_in[{t}, {i}] = 1 but node {i} was not copied out by stage {t - 2}")
+    doubled = np.argwhere(back & on_device)
+    if doubled.size:
+        t, i = doubled[0]
+        raise InvalidSchedule(f"(m3) copy_in[{t}, {i}] = 1 but node {i} is also computed or held in stage {t}")
+
+
+def buffered_bytes(sizes: np.ndarray, moves: Moves, T: int) -> np.ndarray:
+    """int64[T]: per stage t, the bytes of the copies in for stage t + 1, whose buffers stage t holds."""
+    ahead = np.zeros(T, dtype=np.int64)
+    ahead[:-1] = moves.copied_in(T)[1:].astype(np.int64) @ sizes.astype(np.int64)
+    return ahead
+
+
+def host_peak(sizes: np.ndarray, moves: Moves, T: int) -> int:
+    """The most bytes host memory holds: every copied-out value, from its copy out to the end of the step."""
+    return int(moves.copied_out(T).any(axis=0).astype(np.int64) @ sizes.astype(np.int64))
+
+
+def exposed_transfer_times(
+    sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_compute: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(to host, to device), float64[T] each: per stage t, the time of the copies out during it and of the copies in
+    for stage t + 1 that its compute does not hide (module doc)."""
+    T = stage_compute.size
+    if link is None or not moves.any:
+        return np.zeros(T), np.zeros(T)
+    hidden = link.overlap * stage_compute
+    outgoing = moves.copied_out(T).astype(np.float64) @ link.to_host_costs(sizes)
+    incoming = np.zeros(T)
+    incoming[:-1] = moves.copied_in(T)[1:].astype(np.float64) @ link.to_device_costs(sizes)
+    return np.maximum(outgoing - hidden, 0.0), np.maximum(incoming - hidden, 0.0)

@@ -1,0 +1,73 @@
+"""Moves to host memory in the MILP (`checkmate.milp.moves`): every valid plan with moves is a feasible point with
+its simulated cost, and the search moves values where the link is cheap and recomputes where it is dear."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from oracles import moved_cost_and_usage, moved_everywhere_but_reads
+
+from checkmate.examples import linear_graph, random_training_graph
+from checkmate.graph import Graph
+from checkmate.milp.formulation import decode_plan_moves, encode, encode_solution
+from checkmate.milp.scaling import memory_scale
+from checkmate.moved import HostLink
+from checkmate.simulate import lower
+from checkmate.solve import solve
+
+FAST = HostLink(to_host_per_byte=0.1, to_device_per_byte=0.1, latency=0.0, overlap=1.0)
+SLOW = HostLink(to_host_per_byte=5.0, to_device_per_byte=5.0, latency=1.0, overlap=0.2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_valid_plans_with_moves_are_feasible_points_with_the_simulated_cost(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    link = HostLink(
+        float(rng.uniform(0, 0.2)), float(rng.uniform(0, 0.2)), float(rng.uniform(0, 1)), float(rng.uniform(0, 1))
+    )
+    graph = dataclasses.replace(random_training_graph(6, seed=seed), host_link=link)
+    scale = memory_scale(graph)
+    checked = 0
+    for method, node, after_a_read in itertools.product(("checkpoint_all", "chen_sqrtn"), range(6), (False, True)):
+        plan = solve(graph, None, method=method)
+        if graph.nodes[node].backward or plan.R[:, node].sum() > 1:
+            continue
+        S, moves = moved_everywhere_but_reads(graph, plan.R, plan.S, node, after_a_read=after_a_read)
+        if not moves.copy_in.any():
+            continue
+        schedule = lower(graph, plan.R, S, moves=moves)
+        budget = scale.budget_units(schedule.peak_memory, graph.fixed_memory)
+        problem, index = encode(graph, budget, scale)
+        x = encode_solution(graph, index, plan.R, S, moves=moves)
+        assert problem.max_violation(x) < 1e-9, (method, node, after_a_read)
+        assert problem.c @ x == pytest.approx(schedule.cost)
+        assert problem.c @ x == pytest.approx(moved_cost_and_usage(graph, plan.R, S, moves)[0])
+        decoded = decode_plan_moves(x, index)
+        assert (decoded.copy_out == moves.copy_out).all() and (decoded.copy_in == moves.copy_in).all()
+        tighter, _ = encode(graph, budget - 1, scale)
+        assert tighter.max_violation(x) >= 1.0 - 1e-9
+        checked += 1
+    assert checked > 0
+
+
+def _chain(link: HostLink | None) -> Graph:
+    return dataclasses.replace(linear_graph(6), host_link=link)
+
+
+@pytest.mark.parametrize("budget", [5, 4])
+def test_a_cheap_link_moves_values_instead_of_recomputing_them(budget: int) -> None:
+    """On the paper's chain of 6 below its no-recomputation peak, copies that compute hides cost nothing: the joint
+    plan runs every node once and moves what it cannot hold; with a dear link it recomputes as the plan without a
+    link does. Both proven optimal, and within the budget as simulated."""
+    alone = solve(_chain(None), budget, method="optimal", time_limit=30, progress=False)
+    assert alone.recomputes
+    moving = solve(_chain(FAST), budget, method="optimal", time_limit=30, progress=False)
+    assert moving.moves.any and not moving.recomputes
+    assert moving.cost == pytest.approx(_chain(FAST).least_cost) and moving.status == "optimal"
+    assert moving.peak_memory <= budget and moving.host_peak > 0
+    dear = solve(_chain(SLOW), budget, method="optimal", time_limit=30, progress=False)
+    assert dear.cost == pytest.approx(alone.cost) and dear.status == "optimal"
+    assert not dear.moves.any
