@@ -24,10 +24,12 @@ completes with the stage), where it is dropped unless held into stage t + 1. On 
 its bytes from its copy out to the end of the step (`host_peak`).
 
 The time model (`exposed_transfer_times`): the link to host memory runs beside compute, one copy after another in
-each direction (device to host and host to device are separate). A stage's copies out run beside that stage's
-compute, the copies in for stage t + 1 beside stage t's; each direction hides behind `HostLink.overlap` x the
-stage's compute, and what it does not hide adds to the step's time. A copy costs the link's latency plus its bytes at
-the direction's cost per byte, in the graph's cost unit.
+each direction, and the two directions (device to host, host to device) at once. A stage's copies out run beside that
+stage's compute, the copies in for stage t + 1 beside stage t's; each direction hides behind `HostLink.overlap` x the
+stage's compute, and the stage takes the longer of what the two leave exposed on top of its compute:
+max(0, copies out - overlap x compute, copies in for t + 1 - overlap x compute). (Adding the two instead would make
+a useless recomputation lower the step's time.) A copy costs the link's latency plus its bytes at the direction's
+cost per byte, in the graph's cost unit.
 """
 
 from __future__ import annotations
@@ -145,14 +147,14 @@ def host_peak(sizes: np.ndarray, moves: Moves, T: int) -> int:
 
 def exposed_transfer_times(
     sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_compute: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(to host, to device), float64[T] each: per stage t, the time of the copies out during it and of the copies in
-    for stage t + 1 that its compute does not hide (module doc)."""
+) -> np.ndarray:
+    """float64[T]: per stage t, the time its copies out and the copies in for stage t + 1 add to its compute: the
+    longer of the two directions' times less what overlap x the stage's compute hides (module doc)."""
     T = stage_compute.size
     if link is None or not moves.any:
-        return np.zeros(T), np.zeros(T)
+        return np.zeros(T)
     hidden = link.overlap * stage_compute
     outgoing = moves.copied_out(T).astype(np.float64) @ link.to_host_costs(sizes)
     incoming = np.zeros(T)
     incoming[:-1] = moves.copied_in(T)[1:].astype(np.float64) @ link.to_device_costs(sizes)
-    return np.maximum(outgoing - hidden, 0.0), np.maximum(incoming - hidden, 0.0)
+    return np.maximum(np.maximum(outgoing, incoming) - hidden, 0.0)

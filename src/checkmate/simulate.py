@@ -216,8 +216,7 @@ def transfer_time(graph: Graph, R: np.ndarray, moves: Moves) -> float:
     (`checkmate.moved.exposed_transfer_times`)."""
     if not moves.any:
         return 0.0
-    to_host, to_device = exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute(graph, R))
-    return float(to_host.sum() + to_device.sum())
+    return float(exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute(graph, R)).sum())
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

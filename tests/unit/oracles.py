@@ -160,7 +160,8 @@ def moved_everywhere_but_reads(
 
 def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves) -> tuple[float, list[int], int]:
     """(cost, device usage after each computation, host peak) from the rules of `checkmate.moved` and the paper's
-    equations, with plain loops: nothing from the library's simulator."""
+    equations (with each running node's workspace and what the nodes run so far retain), with plain loops: nothing
+    from the library's simulator."""
     T = graph.size
     M = [int(node.memory) for node in graph.nodes]
     link = graph.host_link
@@ -172,6 +173,7 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
     first = [node.cost for node in graph.nodes]
     again = [node.cost if node.recompute_cost is None else node.recompute_cost for node in graph.nodes]
     cost, usages = 0.0, []
+    ever_computed: set[int] = set()
     for t in range(T):
         compute = sum(first[i] if i == t else again[i] for i in range(T) if R_[t][i])
         cost += compute
@@ -179,7 +181,7 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
         to_device = 0.0
         if t + 1 < T:
             to_device = sum(link.latency + link.to_device_per_byte * M[i] for i in range(T) if back[t + 1][i])
-        cost += max(0.0, to_host - link.overlap * compute) + max(0.0, to_device - link.overlap * compute)
+        cost += max(0.0, to_host - link.overlap * compute, to_device - link.overlap * compute)
         buffers = sum(M[i] for i in range(T) if t + 1 < T and back[t + 1][i])
         held_next = S_[t + 1] if t + 1 < T else [False] * T
         usage = sum(M[i] for i in range(T) if S_[t][i] or back[t][i])
@@ -187,7 +189,12 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
             if not R_[t][k]:
                 continue
             usage += M[k]
-            usages.append(usage + buffers + graph.fixed_memory)
+            ever_computed.add(k)
+            retained = sum(graph.nodes[j].retained for j in ever_computed)
+            node = graph.nodes[k]
+            rerun = node.workspace if node.recompute_workspace is None else node.recompute_workspace
+            running = node.workspace if k == t else rerun
+            usages.append(usage + buffers + running + retained + graph.fixed_memory)
             for i in graph.predecessors[k]:
                 later = any(R_[t][j] for j in graph.users[i] if j > k)
                 if not held_next[i] and not later and not out[t][i]:

@@ -5,8 +5,8 @@ Variables, on a graph with a `host_link`:
     P[t, i] (binary) where S[t, i] exists and t >= i + 2: copied back for stage t.
     O[t, i] (continuous, in [0, 1]) where P[t, i] exists: i has been copied out by stage t - 2;
         O[t, i] <= O[t - 1, i] + C[t - 2, i], so O[t, i] <= sum_{s <= t - 2} C[s, i] with O(T^2) nonzeros.
-    X[t], Y[t] (continuous, >= 0): the time of stage t's copies out, and of the copies in for stage t + 1, that
-        overlap x the compute of stage t does not hide; both join (1a).
+    X[t] (continuous, >= 0): the time stage t's copies out and the copies in for stage t + 1 add to its compute
+        (`checkmate.moved`'s time model); it joins (1a).
 Rows (the rules of `checkmate.moved`):
     (m1) C[t, i] <= R[t, i] + S[t, i]; sum_t C[t, i] <= 1.
     (m2) P[t, i] <= O[t, i], with O's recursion above.
@@ -14,7 +14,7 @@ Rows (the rules of `checkmate.moved`):
     (1b) and (1c) take P as a third source: `dependency_terms` and `persistence_terms` give the extra nonzeros.
     (2) U[t, 0] gains M_i P[t, i] (the value) and M_i P[t + 1, i] (the buffer of its copy, filled in stage t).
     FREE[t, (i, k)] + C[t, i] <= 1: a value being copied out stays to the end of its stage.
-    X[t] >= sum_i out_i C[t, i] - overlap * sum_k c[t, k] R[t, k]; Y[t] likewise with in_i P[t + 1, i].
+    X[t] >= sum_i out_i C[t, i] - overlap * sum_k c[t, k] R[t, k], and X[t] >= the same with in_i P[t + 1, i].
 """
 
 from __future__ import annotations
@@ -30,19 +30,18 @@ from checkmate.moved import Moves, exposed_transfer_times
 
 @dataclass(frozen=True)
 class MoveColumns:
-    """Where the moves' variables live: C_col, P_col, O_col int64[T, T] (-1 where none), X_col and Y_col int64[T];
-    all empty on a graph without a host link."""
+    """Where the moves' variables live: C_col, P_col, O_col int64[T, T] (-1 where none), X_col int64[T]; all empty
+    on a graph without a host link."""
 
     C_col: np.ndarray
     P_col: np.ndarray
     O_col: np.ndarray
     X_col: np.ndarray
-    Y_col: np.ndarray
 
     @property
     def end(self) -> int:
         """One past the last column, or -1 when there are none."""
-        return int(self.Y_col[-1]) + 1 if self.Y_col.size else -1
+        return int(self.X_col[-1]) + 1 if self.X_col.size else -1
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def move_columns(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, first: int)
     T = graph.size
     if graph.host_link is None:
         empty = np.full((T, T), -1, dtype=np.int64)
-        return MoveColumns(empty, empty, empty, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return MoveColumns(empty, empty, empty, np.zeros(0, dtype=np.int64))
     stages, nodes = np.arange(T)[:, None], np.arange(T)[None, :]
     copy_out = R_col >= 0
     copy_in = (S_col >= 0) & (stages >= nodes + 2)
@@ -70,7 +69,7 @@ def move_columns(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, first: int)
     P_col = _numbered(copy_in, first + int(copy_out.sum()))
     O_col = _numbered(copy_in, first + int(copy_out.sum() + copy_in.sum()))
     after = first + int(copy_out.sum()) + 2 * int(copy_in.sum())
-    return MoveColumns(C_col, P_col, O_col, after + np.arange(T), after + T + np.arange(T))
+    return MoveColumns(C_col, P_col, O_col, after + np.arange(T))
 
 
 def _numbered(mask: np.ndarray, first: int) -> np.ndarray:
@@ -168,7 +167,7 @@ def move_rows(
     has_copy = np.flatnonzero(copying >= 0)
     m = has_copy.size
     add([(np.arange(m), free_col[has_copy], 1.0), (np.arange(m), copying[has_copy], 1.0)], m, -np.inf, 1.0)
-    # X[t] - sum_i out_i C[t, i] + overlap * sum_k c[t, k] R[t, k] >= 0, and Y[t] with the copies in for t + 1
+    # X[t] - sum_i out_i C[t, i] + overlap * sum_k c[t, k] R[t, k] >= 0, and the same with the copies in for t + 1
     run_stage, run_node = np.nonzero(R_col >= 0)
     prices = np.where(run_stage == run_node, graph.costs[run_node], graph.recompute_costs[run_node])
     out_stage, out_node = np.nonzero(columns.C_col >= 0)
@@ -177,14 +176,14 @@ def move_rows(
          (run_stage, R_col[run_stage, run_node], link.overlap * prices)], T, 0.0, np.inf)  # fmt: skip
     in_stage, in_node = np.nonzero(columns.P_col >= 0)
     in_costs = link.to_device_costs(graph.memory)
-    add([(np.arange(T), columns.Y_col, 1.0), (in_stage - 1, columns.P_col[in_stage, in_node], -in_costs[in_node]),
+    add([(np.arange(T), columns.X_col, 1.0), (in_stage - 1, columns.P_col[in_stage, in_node], -in_costs[in_node]),
          (run_stage, R_col[run_stage, run_node], link.overlap * prices)], T, 0.0, np.inf)  # fmt: skip
     return _block(entries, np.concatenate(lower), np.concatenate(upper))
 
 
 def objective_columns(columns: MoveColumns) -> np.ndarray:
-    """The columns (1a) gains at cost 1: the exposed transfer times X and Y."""
-    return np.concatenate([columns.X_col, columns.Y_col])
+    """The columns (1a) gains at cost 1: the exposed transfer times X."""
+    return columns.X_col
 
 
 def integer_columns(columns: MoveColumns) -> np.ndarray:
@@ -206,7 +205,7 @@ def _read(x: np.ndarray, col: np.ndarray) -> np.ndarray:
 
 
 def encode_moves(x: np.ndarray, graph: Graph, columns: MoveColumns, moves: Moves, stage_compute: np.ndarray) -> None:
-    """Write `moves` (valid for the plan, `checkmate.moved.check_moves`) and what they imply (O, X, Y) into the
+    """Write `moves` (valid for the plan, `checkmate.moved.check_moves`) and what they imply (O, X) into the
     solution vector `x`: a warm start."""
     if not columns.X_col.size:
         return
@@ -218,4 +217,4 @@ def encode_moves(x: np.ndarray, graph: Graph, columns: MoveColumns, moves: Moves
     ready = np.zeros((T, T))
     ready[2:] = np.minimum(copied_by[:-2], 1)
     x[columns.O_col[columns.O_col >= 0]] = ready[columns.O_col >= 0]
-    x[columns.X_col], x[columns.Y_col] = exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute)
+    x[columns.X_col] = exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute)
