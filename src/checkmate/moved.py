@@ -21,7 +21,7 @@ The memory model, on the device: a copied-in value holds its bytes in stage t fr
 does (freed after its last reader there unless held into stage t + 1), and throughout stage t - 1, where its copy
 fills a buffer of its bytes; a value copied out in stage t stays on the device to the end of stage t (its copy
 completes with the stage), where it is dropped unless held into stage t + 1. On the host: a copied-out value holds
-its bytes from its copy out to the end of the step (`host_peak`).
+its bytes from its copy out to the end of the step (`host_peak`), at most the link's `host_memory` (m4).
 
 The time model (`exposed_transfer_times`): the link to host memory runs beside compute, one copy after another in
 each direction, and the two directions (device to host, host to device) at once. A stage's copies out run beside that
@@ -50,12 +50,14 @@ class HostLink:
         to_device_per_byte: the cost of one byte copied from host memory to the device.
         latency: the fixed cost of each copy, either way.
         overlap: the fraction of a stage's compute that copies run beside, hidden (0: every copy adds its time).
+        host_memory: the most bytes the moved values may hold in host memory (None: no limit).
     """
 
     to_host_per_byte: float
     to_device_per_byte: float
     latency: float = 0.0
     overlap: float = 1.0
+    host_memory: int | None = None
 
     def __post_init__(self) -> None:
         figures = (self.to_host_per_byte, self.to_device_per_byte, self.latency)
@@ -63,6 +65,10 @@ class HostLink:
             raise ValueError(f"a host link's costs must be finite and >= 0, got {figures}")
         if not 0.0 <= self.overlap <= 1.0:
             raise ValueError(f"a host link's overlap must lie in [0, 1], got {self.overlap}")
+        if self.host_memory is not None and (
+            isinstance(self.host_memory, bool) or not isinstance(self.host_memory, int) or self.host_memory < 0
+        ):
+            raise ValueError(f"a host link's host_memory must be a byte count >= 0 or None, got {self.host_memory!r}")
 
     def to_host_costs(self, sizes: np.ndarray) -> np.ndarray:
         """float64[n]: the cost of copying each of `sizes` bytes to host memory."""
@@ -102,9 +108,10 @@ class Moves:
 NO_MOVES = Moves()
 
 
-def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves) -> None:
-    """Raise InvalidSchedule naming the first rule (m1)-(m3) of the module doc that `moves` breaks for the plan
-    (R, S); the paper's (1b) and (1c) with copied-in values are checked by `checkmate.simulate.check_plan`."""
+def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, link: HostLink | None) -> None:
+    """Raise InvalidSchedule naming the first rule (m1)-(m4) of the module doc that `moves` breaks for the plan
+    (R, S) on a graph of output `sizes` with the host `link`; the paper's (1b) and (1c) with copied-in values are
+    checked by `checkmate.simulate.check_plan`."""
     T = R.shape[0]
     if not moves.copy_out.size and not moves.copy_in.size:
         return
@@ -131,6 +138,15 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves) -> None:
     if doubled.size:
         t, i = doubled[0]
         raise InvalidSchedule(f"(m3) copy_in[{t}, {i}] = 1 but node {i} is also computed or held in stage {t}")
+    if not moves.any:
+        return
+    if link is None:
+        raise InvalidSchedule("the plan moves values to host memory but the graph has no host_link to price them")
+    held = host_peak(sizes, moves, T)
+    if link.host_memory is not None and held > link.host_memory:
+        raise InvalidSchedule(
+            f"(m4) the moves hold {held} bytes in host memory, over the host link's host_memory of {link.host_memory}"
+        )
 
 
 def buffered_bytes(sizes: np.ndarray, moves: Moves, T: int) -> np.ndarray:

@@ -81,7 +81,7 @@ def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves = NO_MOV
             raise InvalidSchedule(f"{name} has shape {matrix.shape}; the graph has {T} nodes, so it must be ({T}, {T})")
         if not np.isin(matrix, (0, 1)).all():
             raise InvalidSchedule(f"{name} must hold only 0 and 1")
-    check_moves(R, S, moves)
+    check_moves(R, S, moves, graph.memory, graph.host_link)
     R = R.astype(bool)
     S = S.astype(bool)
     missing = np.flatnonzero(~np.diag(R))
@@ -127,8 +127,6 @@ def lower(
     """Check (R, S), the fetched values' `presence` (None: FSDP2's rule) and the `moves` to host memory, and turn
     them into the explicit compute/free steps, with the simulated cost and peak (`checkmate.moved` for the moves'
     memory and time)."""
-    if moves.any and graph.host_link is None:
-        raise InvalidSchedule("the plan moves values to host memory but the graph has no host_link to price them")
     check_plan(graph, R, S, moves)
     R = R.astype(bool)
     S = S.astype(bool)

@@ -148,3 +148,16 @@ def test_the_milp_finds_the_exhaustive_optimum_with_moves(budget: int) -> None:
     if budget <= 10:
         recomputing = solve(dataclasses.replace(graph, host_link=None), budget, method="optimal", progress=False)
         assert plan.moves.any and plan.cost < recomputing.cost - 1
+
+
+def test_host_memory_bounds_what_is_moved() -> None:
+    """With room on the host for no output, the plan at 8 bytes recomputes as the plan without a link does; with room
+    for the first output alone (4 bytes), it moves that one."""
+    graph = _small_chain()
+    assert graph.host_link is not None
+    none = dataclasses.replace(graph, host_link=dataclasses.replace(graph.host_link, host_memory=0))
+    plan = solve(none, 8, method="optimal", time_limit=30, progress=False)
+    assert not plan.moves.any and plan.cost == pytest.approx(10.0)
+    first = dataclasses.replace(graph, host_link=dataclasses.replace(graph.host_link, host_memory=4))
+    plan = solve(first, 8, method="optimal", time_limit=30, progress=False)
+    assert plan.moves.any and plan.host_peak == 4 and plan.cost == pytest.approx(7.6)

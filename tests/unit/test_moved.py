@@ -111,6 +111,9 @@ def test_moves_that_break_a_rule_are_refused() -> None:
         lower(graph, kept.R, S, moves=Moves(out, back))  # backward_8 reads node 0, gone
     with pytest.raises(InvalidSchedule, match="host_link"):
         lower(dataclasses.replace(graph, host_link=None), kept.R, S, moves=moves)
+    small = dataclasses.replace(graph, host_link=dataclasses.replace(LINK, host_memory=9))
+    with pytest.raises(InvalidSchedule, match=r"\(m4\)"):
+        lower(small, kept.R, S, moves=moves)  # forward_0's 10 bytes
 
 
 def test_the_graph_file_keeps_its_host_link() -> None:

@@ -11,6 +11,7 @@ Rows (the rules of `checkmate.moved`):
     (m1) C[t, i] <= R[t, i] + S[t, i]; sum_t C[t, i] <= 1.
     (m2) P[t, i] <= O[t, i], with O's recursion above.
     (m3) P[t, i] + R[t, i] <= 1; P[t, i] + S[t, i] <= 1.
+    (m4) sum_t sum_i M_i C[t, i] <= the link's host_memory, when it has one.
     (1b) and (1c) take P as a third source: `dependency_terms` and `persistence_terms` give the extra nonzeros.
     (2) U[t, 0] gains M_i P[t, i] (the value) and M_i P[t + 1, i] (the buffer of its copy, filled in stage t).
     FREE[t, (i, k)] + C[t, i] <= 1: a value being copied out stays to the end of its stage.
@@ -144,6 +145,11 @@ def move_rows(
          (has_held, held[has_held], -1.0)], n, -np.inf, 0.0)  # fmt: skip
     # (m1) sum_t C[t, i] <= 1
     add([(node, columns.C_col[stage, node], 1.0)], T, -np.inf, 1.0)
+    # (m4) sum_t sum_i M_i C[t, i] <= host_memory (in bytes)
+    if link.host_memory is not None:
+        sizes = graph.memory.astype(np.float64)
+        add([(np.zeros(stage.size, dtype=np.int64), columns.C_col[stage, node], sizes[node])], 1, -np.inf,
+            float(link.host_memory))  # fmt: skip
     # (m2) P[t, i] - O[t, i] <= 0 and O[t, i] - O[t - 1, i] - C[t - 2, i] <= 0
     stage, node = np.nonzero(columns.P_col >= 0)
     n = stage.size
