@@ -149,7 +149,7 @@ def _through_coarse_graph(
         best = _finer_coarse_plans(graph, budget, control.child(refine_time), method, policy, best, starts.bound)
     bound = starts.bound
     left = control.remaining()
-    worth_it = left is None or left >= policy.retention_minimum
+    worth_it = (left is None or left >= policy.retention_minimum) and graph.host_link is None  # see `starts`
     if worth_it and not (starts.bound_is_final or control.stopped or policy.meets(best.cost, bound, method.gap)):
         found = retention_bound(
             graph, budget, time_limit=control.remaining(), load_seconds_per_variable=policy.load_seconds_per_variable
