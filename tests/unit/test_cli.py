@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from checkmate.byte_sizes import parse_budget, resolve_budget
 from checkmate.cli import main
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.experiments.compare import compare, format_table
+from checkmate.moved import HostLink
 from checkmate.strategies.registry import strategies
 
 
@@ -44,6 +46,22 @@ def test_solve_prints_cost_peak_and_compute_ratio_and_writes_the_plan(
     # checkpoint_all costs 33 on a 16-layer chain (2 * 16 + 1 unit-cost nodes).
     assert f"cost:     {plan.cost:.6g} ({plan.cost / 33:.3f}x the cost of checkpoint_all, 33)" in text
     assert f"peak:     {plan.peak_memory} B ({plan.peak_memory} bytes)" in text
+
+
+def test_solve_plans_moves_to_host_memory_from_the_graph_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A graph file with a host link: the plan moves what it cannot hold, the summary says how much, and the plan
+    file keeps the moves (loaded again, it simulates to the same cost)."""
+    path, out = tmp_path / "linked.json", tmp_path / "plan.json"
+    graph = dataclasses.replace(linear_graph(6), host_link=HostLink(0.1, 0.1, overlap=1.0))
+    path.write_text(graph.to_json())
+    status, text, _ = run(["solve", str(path), "--budget", "5", "--method", "optimal", "--out", str(out)], capsys)
+    assert status == 0
+    plan = Plan.from_json(out.read_text(), Graph.from_json(path.read_text()))
+    assert plan.moves.any and plan.cost == pytest.approx(graph.least_cost)
+    copies = int(plan.moves.copy_out.sum())
+    assert f"moves:    {copies} outputs to host memory" in text and f"host peak {plan.host_peak} B" in text
 
 
 def test_solve_reads_human_budgets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

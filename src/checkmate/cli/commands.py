@@ -245,6 +245,11 @@ def _solve(arguments: argparse.Namespace) -> int:
     ratio = f"{plan.cost / reference.cost:.3f}x" if reference.cost > 0 else "-"
     print(f"cost:     {plan.cost:.6g} ({ratio} the cost of {REFERENCE}, {reference.cost:.6g})")
     print(f"peak:     {format_bytes(plan.peak_memory)} ({plan.peak_memory} bytes)")
+    if plan.moves.any:
+        print(
+            f"moves:    {int(plan.moves.copy_out.sum())} outputs to host memory, {int(plan.moves.copy_in.sum())} "
+            f"copies back; host peak {format_bytes(plan.host_peak)} ({plan.host_peak} bytes)"
+        )
     if plan.budget is not None:
         print(f"budget:   {_budget_text(plan.budget, fraction)}")
     if plan.lower_bound is not None and plan.gap is not None:
