@@ -18,6 +18,7 @@ its inputs; on transformers it is the tighter one).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,69 +94,78 @@ def starting_plans(
     def failure() -> Exception:
         return infeasible_budget(graph, budget, method=method, time_limit=message_time)
 
-    # the retention and closure bounds price memory in recomputation alone: moves to host memory may beat them
-    if not clock.stopped and graph.host_link is None:
-        load = policy.load_seconds_per_variable
-
-        def stopped() -> bool:
-            return clock.stopped
-
-        def interrupted() -> bool:
-            return clock.interrupted
-
-        retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
-        found = _or_infeasible(
-            lambda: retention_bound(
-                graph,
-                budget,
-                time_limit=retention_time,
-                load_seconds_per_variable=load,
-                should_stop=stopped,
-                interrupted=interrupted,
-            ),
-            failure,
-        )
-        bound = max(bound, found.bound)
-        bound_is_final = found.proven
-        clock.report("retention bound", bound=bound)
-        closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
-        closure = _or_infeasible(
-            lambda: closure_bound(
-                graph,
-                budget,
-                time_limit=closure_time,
-                load_seconds_per_variable=load,
-                should_stop=stopped,
-                interrupted=interrupted,
-            ),
-            failure,
-        )
-        bound = max(bound, closure.bound)
-        clock.report("closure bound", bound=bound)
-        seed = None
+    # On a graph with a host link the retention and closure machinery runs on the graph without it, for its starting
+    # plans alone (none moves a value): its bounds price memory in recomputation alone, and its proof that no plan
+    # fits does not hold where values can move instead, so neither is taken.
+    plain = dataclasses.replace(graph, host_link=None) if graph.host_link is not None else graph
+    try:
         if not clock.stopped:
-            seed = closure_start(
-                graph,
-                budget,
-                closure,
-                method=method,
-                time_limit=clock.share(policy.closure_share),
-                should_stop=stopped,
-                interrupted=interrupted,
+            load = policy.load_seconds_per_variable
+
+            def stopped() -> bool:
+                return clock.stopped
+
+            def interrupted() -> bool:
+                return clock.interrupted
+
+            retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
+            found = _or_infeasible(
+                lambda: retention_bound(
+                    plain,
+                    budget,
+                    time_limit=retention_time,
+                    load_seconds_per_variable=load,
+                    should_stop=stopped,
+                    interrupted=interrupted,
+                ),
+                failure,
             )
-        if seed is not None and seed.peak_memory <= budget:
-            plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))
-            clock.report("closure start", cost=plans[-1].cost)
-        for held in (found.held, found.held_with_cover):
-            best = cheapest_fitting(plans, budget)
-            if held is None or clock.stopped or (best is not None and policy.meets(best.cost, bound)):
-                continue
-            R, S = prune_checkpoints(graph, cheapest_r(graph, held), held)
-            seed = make_plan(graph, R, S, method=method)
-            promising = not plans or seed.cost <= SEED_SLACK * min(plan.cost for plan in plans)
-            if seed.peak_memory <= budget and promising:
+            if plain is graph:
+                bound = max(bound, found.bound)
+                bound_is_final = found.proven
+            clock.report("retention bound", bound=bound)
+            closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
+            closure = _or_infeasible(
+                lambda: closure_bound(
+                    plain,
+                    budget,
+                    time_limit=closure_time,
+                    load_seconds_per_variable=load,
+                    should_stop=stopped,
+                    interrupted=interrupted,
+                ),
+                failure,
+            )
+            if plain is graph:
+                bound = max(bound, closure.bound)
+            clock.report("closure bound", bound=bound)
+            seed = None
+            if not clock.stopped:
+                seed = closure_start(
+                    plain,
+                    budget,
+                    closure,
+                    method=method,
+                    time_limit=clock.share(policy.closure_share),
+                    should_stop=stopped,
+                    interrupted=interrupted,
+                )
+            if seed is not None and seed.peak_memory <= budget:
                 plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))
-                clock.report("retention start", cost=plans[-1].cost)
+                clock.report("closure start", cost=plans[-1].cost)
+            for held in (found.held, found.held_with_cover):
+                best = cheapest_fitting(plans, budget)
+                if held is None or clock.stopped or (best is not None and policy.meets(best.cost, bound)):
+                    continue
+                R, S = prune_checkpoints(graph, cheapest_r(graph, held), held)
+                seed = make_plan(graph, R, S, method=method)
+                promising = not plans or seed.cost <= SEED_SLACK * min(plan.cost for plan in plans)
+                if seed.peak_memory <= budget and promising:
+                    plans.append(hold_more(graph, seed, budget, clock.child(None), method=method, policy=policy))
+                    clock.report("retention start", cost=plans[-1].cost)
+    except InfeasibleBudget:
+        if plain is graph:
+            raise
     best = cheapest_fitting(plans, budget)
     log.info("starting plan: %s; bound %.6g", "none" if best is None else f"cost {best.cost:.6g}", bound)
     return Starts(best, bound, bound_is_final)
