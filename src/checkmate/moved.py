@@ -70,6 +70,32 @@ class HostLink:
         ):
             raise ValueError(f"a host link's host_memory must be a byte count >= 0 or None, got {self.host_memory!r}")
 
+    @classmethod
+    def from_bandwidths(
+        cls,
+        to_host: float,
+        to_device: float,
+        *,
+        latency_seconds: float = 0.0,
+        overlap: float = 1.0,
+        host_memory: int | None = None,
+        cost_per_second: float = 1.0,
+    ) -> HostLink:
+        """A link given as the hardware states it: bytes per second each way (`to_host`, `to_device`) and seconds
+        per copy, priced in a graph's cost unit: `cost_per_second` is 1 for a graph costed in seconds
+        (`cost_model="profile"`) and the device's FLOP/s for one costed in FLOPs (`cost_model="flops"`)."""
+        if not (to_host > 0 and to_device > 0 and cost_per_second > 0):
+            raise ValueError(
+                f"bandwidths and cost_per_second must be > 0, got {to_host}, {to_device} and {cost_per_second}"
+            )
+        return cls(
+            to_host_per_byte=cost_per_second / to_host,
+            to_device_per_byte=cost_per_second / to_device,
+            latency=cost_per_second * latency_seconds,
+            overlap=overlap,
+            host_memory=host_memory,
+        )
+
     def to_host_costs(self, sizes: np.ndarray) -> np.ndarray:
         """float64[n]: the cost of copying each of `sizes` bytes to host memory."""
         return self.latency + self.to_host_per_byte * sizes.astype(np.float64)
