@@ -108,34 +108,28 @@ def starting_plans(
             def interrupted() -> bool:
                 return clock.interrupted
 
-            retention_time = clock.share(policy.retention_share, minimum=policy.retention_minimum)
-            found = _or_infeasible(
-                lambda: retention_bound(
-                    plain,
-                    budget,
-                    time_limit=retention_time,
-                    load_seconds_per_variable=load,
-                    should_stop=stopped,
-                    interrupted=interrupted,
-                ),
-                failure,
-            )
+            def searched(bound_of: Callable[..., Found], share: float) -> Found:
+                """A bound's search on the graph, in `share` of the time left; `failure` where it proves that no
+                plan fits."""
+                time_limit = clock.share(share, minimum=policy.retention_minimum)
+                return _or_infeasible(
+                    lambda: bound_of(
+                        plain,
+                        budget,
+                        time_limit=time_limit,
+                        load_seconds_per_variable=load,
+                        should_stop=stopped,
+                        interrupted=interrupted,
+                    ),
+                    failure,
+                )
+
+            found = searched(retention_bound, policy.retention_share)
             if plain is graph:
                 bound = max(bound, found.bound)
                 bound_is_final = found.proven
             clock.report("retention bound", bound=bound)
-            closure_time = clock.share(policy.closure_share, minimum=policy.retention_minimum)
-            closure = _or_infeasible(
-                lambda: closure_bound(
-                    plain,
-                    budget,
-                    time_limit=closure_time,
-                    load_seconds_per_variable=load,
-                    should_stop=stopped,
-                    interrupted=interrupted,
-                ),
-                failure,
-            )
+            closure = searched(closure_bound, policy.closure_share)
             if plain is graph:
                 bound = max(bound, closure.bound)
             clock.report("closure bound", bound=bound)
