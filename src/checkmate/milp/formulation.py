@@ -23,6 +23,8 @@ Variables (only those that can be nonzero are created):
         fetch's buffer). Each fetch costs c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v
         A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage
         t - 1 does not hide, is added to (1a) instead. Not in the paper.
+    C[t, i], P[t, i], O[t, i] and X[t] on a graph with a host link: copies of node i's output to host memory and back,
+        decided with R and S (`checkmate.milp.moves`, `checkmate.moved`). Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
 FREE <= 1 - S[t+1, i], FREE <= 1 - R[t, j] for later users j), which is exact for binary R, S and tighter than
 the aggregated rows (7b, 7c). (7b) itself is omitted: it only forces FREE up, which the budget rows never resist.
@@ -38,7 +40,6 @@ import scipy.sparse as sp
 from checkmate.fetched import default_presence, exposed_fetch_times, on_device, rises
 from checkmate.graph import Graph
 from checkmate.milp.moves import (
-    NO_TERMS,
     MoveColumns,
     decode_moves,
     dependency_terms,
@@ -203,7 +204,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     held_stage, held_node = np.nonzero(index.S_col >= 0)
     edges = graph.edges
     free_source, free_target = edges[index.free_edge, 0], edges[index.free_edge, 1]
-    copied_in = memory_terms(index.moves, U_row, index.scale.sizes) if index.moves.X_col.size else NO_TERMS
+    copied_in = memory_terms(index.moves, U_row, index.scale.sizes)
     return RowBlock(
         rows=np.concatenate(
             [

@@ -54,9 +54,6 @@ class Terms:
     values: np.ndarray
 
 
-NO_TERMS = Terms(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-
-
 def move_columns(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, first: int) -> MoveColumns:
     """Number the moves' variables from column `first` (none without a host link)."""
     T = graph.size
