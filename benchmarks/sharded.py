@@ -30,7 +30,9 @@ which see FSDP2's gathered parameters, unsharded gradients and collective buffer
 table gives the max over `--meter-calls` steps (a step's peak varies by about a unit's gathered parameters with when
 gloo's thread frees its buffers) and over ranks. Ours' planned peak is `step.report().planned_peak`, which counts the
 gathered parameters, unsharded gradients and collective buffers (`checkmate.sharded.memory`); memory it missed would
-show as measured above planned, and the column measured/planned says by how much. Every configuration's
+show as measured above planned, and the column measured/planned says by how much. Ours' predicted time is
+`step.report().planned_time`: the plan's compute and the gathers' time that compute does not hide, as the search
+priced them (rank 0's profile), beside the measured step time of the slower rank. Every configuration's
 gradient shards (`.grad.to_local()`, from `.grad = None`) are compared with eager FSDP2's on its first call (max abs
 difference over ranks; "bitwise" when 0). Step times are medians over `--repeats` rounds, each calling every
 configuration once in a shuffled order (the same on every rank, since steps are collective; `.grad` reset untimed),
@@ -351,6 +353,7 @@ def _ours_fields(config: Config, seconds: float | None) -> Row:
         "ours_gathers": None if config.step is None else _gathers(config.step),
         "ours_peak": config.peak,
         "ours_ms": None if seconds is None else seconds * 1e3,
+        "ours_predicted_ms": None if report is None or report.planned_time is None else report.planned_time * 1e3,
         "ours_grad_diff": config.grad_diff,
         "ours_fit": config.fit,
         "ours_note": config.note,
@@ -450,11 +453,13 @@ def _line(row: Row, eager_ms: float | None) -> str:
     share = "—" if planned is None or measured is None else f"{measured / planned:.3f}"
     step_ms = "—" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
     ours_ms = "—" if row["ours_ms"] is None else f"{row['ours_ms']:.1f}"
+    predicted = row.get("ours_predicted_ms")
+    predicted_ms = "—" if predicted is None else f"{predicted:.1f}"
     note = f" {row['ours_note']}" if row["ours_note"] else ""
     gathers = "—" if row.get("ours_gathers") is None else str(row["ours_gathers"])
     return (
         f"| {row['config']} | {_mib(row['peak'])} | {step_ms} | {_mib(row['ours_budget'])} | "
-        f"{_mib(planned)} | {_mib(measured)} | {share} | {gathers} | {ours_ms} | {ratio}{note} | "
+        f"{_mib(planned)} | {_mib(measured)} | {share} | {gathers} | {predicted_ms} | {ours_ms} | {ratio}{note} | "
         f"{_grads(row['grad_diff'])}; ours {_grads(row['ours_grad_diff'])} |"
     )
 
@@ -482,9 +487,9 @@ def render(stored: Stored) -> str:
         tables.append(
             f"### {model}, 2 ranks (gloo, CPU)\n\n"
             "| configuration | per-rank peak MiB | step ms | ours' budget MiB | ours' planned peak MiB "
-            "| ours' measured peak MiB | measured/planned | ours' gathers | ours ms | ours/peer "
+            "| ours' measured peak MiB | measured/planned | ours' gathers | ours predicted ms | ours ms | ours/peer "
             "| grads = eager FSDP2 |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(_line(row, eager_ms) for row in rows)
             + "\n\n"
             + "\n".join(_summary(rows))
