@@ -27,8 +27,7 @@ gradients, gloo's copies) the solver sees through the graph's `stage_held`: per 
 graph's own usage in the step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move
 those; when the sharded peak of the plan found is over the budget, each stage where it is over takes the larger of
 the two estimates, that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share
-the method's `time_limit`: each but the last takes half of what the ones before it left, so that a plan found over
-the budget leaves time to plan again.
+the method's `time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
@@ -180,13 +179,13 @@ def _plan_within_budget(
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
-    for round_number in range(FIT_ROUNDS):
+    for _ in range(FIT_ROUNDS):
         options = settings.solve_options
-        if asked is not None:  # the rounds share the time limit; all but the last take half of what is left
+        if asked is not None:  # the rounds share the time limit
             left = asked - (time.perf_counter() - started)
             if left <= 0:
                 break
-            options = {**options, "time_limit": left if round_number == FIT_ROUNDS - 1 else left / 2}
+            options = {**options, "time_limit": left}
         graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
         round_settings = dataclasses.replace(settings, solve_options=options)
         planned = plan_again(no_remat, budget, round_settings, graph, planning_started)
