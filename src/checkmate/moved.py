@@ -153,10 +153,7 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
     twice = np.flatnonzero(out.sum(axis=0) > 1)
     if twice.size:
         raise InvalidSchedule(f"(m1) node {twice[0]}'s output is copied out {int(out[:, twice[0]].sum())} times")
-    copied_by = np.cumsum(out, axis=0)  # copied_by[s, i]: copied out in a stage <= s
-    ready = np.zeros_like(back)
-    ready[2:] = copied_by[:-2] > 0  # (m2) copied out in a stage <= t - 2
-    early = np.argwhere(back & ~ready)
+    early = np.argwhere(back & ~on_host_in_time(out))
     if early.size:
         t, i = early[0]
         raise InvalidSchedule(f"(m2) copy_in[{t}, {i}] = 1 but node {i} was not copied out by stage {t - 2}")
@@ -173,6 +170,13 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
         raise InvalidSchedule(
             f"(m4) the moves hold {held} bytes in host memory, over the host link's host_memory of {link.host_memory}"
         )
+
+
+def on_host_in_time(copy_out: np.ndarray) -> np.ndarray:
+    """bool[T, T]: where a copy back for stage t may be made (m2): the output was copied out in a stage <= t - 2."""
+    ready = np.zeros(copy_out.shape, dtype=bool)
+    ready[2:] = np.cumsum(copy_out, axis=0)[:-2] > 0
+    return ready
 
 
 def buffered_bytes(sizes: np.ndarray, moves: Moves, T: int) -> np.ndarray:

@@ -39,6 +39,7 @@ import scipy.sparse as sp
 
 from checkmate.fetched import default_presence, exposed_fetch_times, on_device, rises
 from checkmate.graph import Graph
+from checkmate.milp.columns import numbered
 from checkmate.milp.moves import (
     MoveColumns,
     decode_moves,
@@ -104,12 +105,6 @@ def expand_ranges(starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np
     offsets = np.cumsum(counts) - counts
     value = np.arange(int(counts.sum())) - np.repeat(offsets, counts) + np.repeat(starts, counts)
     return owner, value
-
-
-def _columns(mask: np.ndarray, first: int) -> np.ndarray:
-    columns = np.full(mask.shape, -1, dtype=np.int64)
-    columns[mask] = first + np.arange(int(mask.sum()))
-    return columns
 
 
 def _graph_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -396,9 +391,9 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     stages = np.arange(T)[:, None]
     nodes = np.arange(T)[None, :]
     useful = (nodes < stages) & (stages <= reach[None, :])
-    R_col = _columns((nodes == stages) | useful, 0)
-    S_col = _columns(useful, int((R_col >= 0).sum()))
-    U_col = _columns(nodes <= stages, int((S_col >= 0).sum() + (R_col >= 0).sum()))
+    R_col = numbered((nodes == stages) | useful, 0)
+    S_col = numbered(useful, int((R_col >= 0).sum()))
+    U_col = numbered(nodes <= stages, int((S_col >= 0).sum() + (R_col >= 0).sum()))
     free_stage, free_edge = _free_variables(graph, R_col, adjacency)
     order = np.lexsort((free_edge, free_stage))
     free_stage, free_edge = free_stage[order], free_edge[order]

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from checkmate.graph import Graph
+from checkmate.milp.columns import numbered
 from checkmate.milp.row_block import RowBlock
-from checkmate.moved import Moves, exposed_transfer_times
+from checkmate.moved import Moves, exposed_transfer_times, on_host_in_time
 
 
 @dataclass(frozen=True)
@@ -63,17 +64,11 @@ def move_columns(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, first: int)
     stages, nodes = np.arange(T)[:, None], np.arange(T)[None, :]
     copy_out = R_col >= 0
     copy_in = (S_col >= 0) & (stages >= nodes + 2)
-    C_col = _numbered(copy_out, first)
-    P_col = _numbered(copy_in, first + int(copy_out.sum()))
-    O_col = _numbered(copy_in, first + int(copy_out.sum() + copy_in.sum()))
+    C_col = numbered(copy_out, first)
+    P_col = numbered(copy_in, first + int(copy_out.sum()))
+    O_col = numbered(copy_in, first + int(copy_out.sum() + copy_in.sum()))
     after = first + int(copy_out.sum()) + 2 * int(copy_in.sum())
     return MoveColumns(C_col, P_col, O_col, after + np.arange(T))
-
-
-def _numbered(mask: np.ndarray, first: int) -> np.ndarray:
-    columns = np.full(mask.shape, -1, dtype=np.int64)
-    columns[mask] = first + np.arange(int(mask.sum()))
-    return columns
 
 
 def dependency_terms(columns: MoveColumns, stage: np.ndarray, source: np.ndarray) -> Terms:
@@ -216,8 +211,6 @@ def encode_moves(x: np.ndarray, graph: Graph, columns: MoveColumns, moves: Moves
     out, back = moves.copied_out(T), moves.copied_in(T)
     x[columns.C_col[out]] = 1.0
     x[columns.P_col[back]] = 1.0
-    copied_by = np.cumsum(out, axis=0)
-    ready = np.zeros((T, T))
-    ready[2:] = np.minimum(copied_by[:-2], 1)
+    ready = on_host_in_time(out)
     x[columns.O_col[columns.O_col >= 0]] = ready[columns.O_col >= 0]
     x[columns.X_col] = exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute)
