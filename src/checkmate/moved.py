@@ -9,8 +9,9 @@ each, in the paper's stage-by-node layout):
 
 The rules a plan with moves obeys (`check_moves`), beside the paper's:
 
-* (m1) a copy out of i in stage t needs i on the device there (R[t, i] or S[t, i]); each output is copied out at
-  most once in a step;
+* (m1) a copy out of i in stage t needs i on the device there (R[t, i] or S[t, i]) and bytes of its own (an output
+  of no bytes is a view of another's storage, or no tensor: nothing to move); each output is copied out at most once
+  in a step;
 * (m2) a copy in of i for stage t needs a copy out of i in a stage s <= t - 2 (the copy out ends with its stage s,
   the copy in runs during stage t - 1), so never for stages 0 and 1;
 * (m3) a copied-in value is not also computed or held in that stage (R[t, i] = S[t, i] = 0);
@@ -150,6 +151,9 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
     if stranded.size:
         t, i = stranded[0]
         raise InvalidSchedule(f"(m1) copy_out[{t}, {i}] = 1 but node {i} is neither computed nor held in stage {t}")
+    empty = np.flatnonzero(out.any(axis=0) & (sizes <= 0))
+    if empty.size:
+        raise InvalidSchedule(f"(m1) node {empty[0]}'s output is copied out but holds no bytes of its own")
     twice = np.flatnonzero(out.sum(axis=0) > 1)
     if twice.size:
         raise InvalidSchedule(f"(m1) node {twice[0]}'s output is copied out {int(out[:, twice[0]].sum())} times")

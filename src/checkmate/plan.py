@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from checkmate.graph import Graph
 from checkmate.moved import NO_MOVES, Moves
-from checkmate.simulate import lower
+from checkmate.simulate import Schedule, lower
 
 # "optimal": a proven lower bound meets the plan's cost (within OPTIMALITY_TOLERANCE); "feasible": it fits, and its
 # `gap` says how far from the best bound known it may be.
@@ -183,6 +183,11 @@ def make_plan(
         moves=schedule.moves,
         host_peak=schedule.host_peak,
     )
+
+
+def schedule_of(graph: Graph, plan: Plan) -> Schedule:
+    """The steps that run `plan` on `graph`: its (R, S), its fetched values' presence and its moves, lowered."""
+    return lower(graph, plan.R, plan.S, plan.presence, plan.moves)
 
 
 def cheapest_fitting(plans: Iterable[Plan | None], budget: int | None) -> Plan | None:

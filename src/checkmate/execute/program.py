@@ -240,7 +240,7 @@ def run_schedule(
 
     Args:
         program: the step, from `prepare(captured)`.
-        schedule: `lower(captured.graph, plan.R, plan.S, plan.presence)`.
+        schedule: `schedule_of(captured.graph, plan)`.
         inputs: live tensors in placeholder order: parameters (detached), buffers, flattened batch.
         on_gradient: called as on_gradient(index, gradient) as soon as a gradient is computed: the index of a
             parameter, or the parameter count plus the index of a batch tensor (`Captured.input_gradients`).

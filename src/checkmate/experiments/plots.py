@@ -15,8 +15,7 @@ import numpy as np
 from checkmate.experiments.sweep import SweepRow
 from checkmate.files import write_figure
 from checkmate.graph import Graph
-from checkmate.plan import Plan
-from checkmate.simulate import lower
+from checkmate.plan import Plan, schedule_of
 
 _MEBIBYTE = 2**20
 _GIBIBYTE = 2**30
@@ -68,7 +67,7 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, *, title: str = "") -
 def plot_memory(graph: Graph, plans: Sequence[Plan], path: str | Path, *, budget: int | None = None) -> Path:
     """Bytes in use just after each computation (the paper's U[t, k]) for each plan, with the budget as a line."""
     pyplot = _pyplot()
-    schedules = [lower(graph, plan.R, plan.S, plan.presence) for plan in plans]
+    schedules = [schedule_of(graph, plan) for plan in plans]
     scale, unit = _unit(max(schedule.peak_memory for schedule in schedules))
     figure, axes = pyplot.subplots(figsize=(8, 4))
     for plan, schedule in zip(plans, schedules, strict=True):

@@ -3,7 +3,7 @@
     captured = capture(model, loss_fn, batch, fused=True)       # one planning node per fused kernel
     step = prepare_inductor(captured, inputs, device=device, reprice_costs=True)
     plan = solve(step.captured.graph, budget)                   # priced by the compiled nodes as measured
-    run_schedule(step.program, lower(step.captured.graph, plan.R, plan.S, plan.presence), inputs, on_gradient=...)
+    run_schedule(step.program, schedule_of(step.captured.graph, plan), inputs, on_gradient=...)
 
 Stages: `kernels` compiles each planning node into one Inductor function (recomputations stay separate calls);
 `measure` times them and reads the allocator around each call; `choice` keeps a node's ATen ops where they are

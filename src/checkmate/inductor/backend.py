@@ -54,9 +54,8 @@ from checkmate.inductor.memory_traffic import memory_traffic
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
 from checkmate.options import BackendCostModel, check_choice
-from checkmate.plan import Plan
+from checkmate.plan import Plan, schedule_of
 from checkmate.search_defaults import with_search_defaults
-from checkmate.simulate import lower
 from checkmate.solve import check_solve_options, solve
 from checkmate.torch_capture import random_state_bytes
 from checkmate.torch_capture.joint import capture_joint
@@ -205,7 +204,7 @@ class CheckmateBackend:
             format_bytes(no_remat.peak_memory),
             100 * (plan.cost / no_remat.cost - 1) if no_remat.cost else 0.0,
         )
-        schedule = lower(graph, plan.R, plan.S, plan.presence)
+        schedule = schedule_of(graph, plan)
         return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
 
     def _solve(self, captured: Captured, budget: int, options: dict[str, Any], started: float) -> Plan:

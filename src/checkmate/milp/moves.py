@@ -1,8 +1,9 @@
 """The MILP's moves to host memory (`checkmate.moved`): their columns and rows. Not part of the paper.
 
 Variables, on a graph with a `host_link`:
-    C[t, i] (binary) where R[t, i] exists: node i's output copied to host memory during stage t.
-    P[t, i] (binary) where S[t, i] exists and t >= i + 2: copied back for stage t.
+    C[t, i] (binary) where R[t, i] exists and node i has bytes (M_i > 0): node i's output copied to host memory
+        during stage t.
+    P[t, i] (binary) where S[t, i] exists, M_i > 0 and t >= i + 2: copied back for stage t.
     O[t, i] (continuous, in [0, 1]) where P[t, i] exists: i has been copied out by stage t - 2;
         O[t, i] <= O[t - 1, i] + C[t - 2, i], so O[t, i] <= sum_{s <= t - 2} C[s, i] with O(T^2) nonzeros.
     X[t] (continuous, >= 0): the time stage t's copies out and the copies in for stage t + 1 add to its compute
@@ -62,8 +63,9 @@ def move_columns(graph: Graph, R_col: np.ndarray, S_col: np.ndarray, first: int)
         empty = np.full((T, T), -1, dtype=np.int64)
         return MoveColumns(empty, empty, empty, np.zeros(0, dtype=np.int64))
     stages, nodes = np.arange(T)[:, None], np.arange(T)[None, :]
-    copy_out = R_col >= 0
-    copy_in = (S_col >= 0) & (stages >= nodes + 2)
+    movable = (graph.memory > 0)[None, :]
+    copy_out = (R_col >= 0) & movable
+    copy_in = (S_col >= 0) & (stages >= nodes + 2) & movable
     C_col = numbered(copy_out, first)
     P_col = numbered(copy_in, first + int(copy_out.sum()))
     O_col = numbered(copy_in, first + int(copy_out.sum() + copy_in.sum()))

@@ -71,13 +71,14 @@ from checkmate.execute.gradients import StepGradients
 from checkmate.execute.passes import Lowering, PassOrder, with_steps
 from checkmate.fetched import fetches
 from checkmate.options import GradientMemory, ShardedOptions
+from checkmate.plan import schedule_of
 from checkmate.sharded.captured_units import CapturedUnits, captured_units
 from checkmate.sharded.gradients import ShardedGradients
 from checkmate.sharded.memory import UnitBytes, held_at_computes, sharded_peak
 from checkmate.sharded.planning import plan_sharded
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, place_unit_calls, unit_positions
 from checkmate.sharded.units import Unit, check_root, check_supported, initialize, sharding_fixed_memory, units_of
-from checkmate.simulate import Schedule, lower
+from checkmate.simulate import Schedule
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.compiled import CompiledStep
 from checkmate.training.distribution import PlannedMemory
@@ -240,7 +241,7 @@ class Sharded:
             prefetch_gathers=self.options.prefetch_gathers,
             gradient_memory=self.gradient_memory,
         )
-        no_remat = lower(compiled.captured.graph, compiled.no_remat.R, compiled.no_remat.S, compiled.no_remat.presence)
+        no_remat = schedule_of(compiled.captured.graph, compiled.no_remat)
         no_remat_peak = sharded_peak(no_remat, units_of_capture.use, units_of_capture.sizes)
         budget = resolve_budget(compiled.plan.budget or 1.0, no_remat_peak)
         placement = UnitPlacement(units_of_capture, no_remat_peak, budget)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from checkmate.captured import Captured
 from checkmate.errors import ShardedTrainingError
-from checkmate.simulate import lower
+from checkmate.plan import schedule_of
 from checkmate.training.planning import Compiled
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,7 @@ def agree_on_plan(compiled: Compiled, group: Any) -> Compiled:
         return compiled
     plan = box[0]
     log.info("running rank 0's plan (predicted cost %.6g, peak %d bytes)", plan.cost, plan.peak_memory)
-    return dataclasses.replace(
-        compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
-    )
+    return dataclasses.replace(compiled, plan=plan, schedule=schedule_of(compiled.captured.graph, plan))
 
 
 def structure_of(captured: Captured) -> str:

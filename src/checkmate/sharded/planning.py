@@ -47,12 +47,12 @@ from checkmate import disk_cache
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
+from checkmate.plan import schedule_of
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
 from checkmate.sharded.link import Link, in_cost_unit, measure_link
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
-from checkmate.simulate import lower
 from checkmate.solve import solve
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
@@ -234,7 +234,7 @@ def _with_graph(no_remat: Compiled, graph: Graph) -> Compiled:
         captured=dataclasses.replace(no_remat.captured, graph=graph),
         plan=plan,
         no_remat=plan,
-        schedule=lower(graph, plan.R, plan.S, plan.presence),
+        schedule=schedule_of(graph, plan),
     )
 
 

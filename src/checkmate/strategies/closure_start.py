@@ -34,8 +34,8 @@ import scipy.sparse as sp
 from checkmate.bounds.closure import ClosureBound, solve_stage, stage_answer, stage_problem
 from checkmate.bounds.gaps import last_use
 from checkmate.graph import Graph
-from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints
-from checkmate.simulate import Compute, lower
+from checkmate.plan import Plan, cheapest_r, make_plan, prune_checkpoints, schedule_of
+from checkmate.simulate import Compute
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _needs_after(graph: Graph, stage: int, rebuilt: set[int]) -> tuple[dict[int,
 def _row(graph: Graph, plan: Plan, answer: _Answer, nodes: np.ndarray, budget: int) -> tuple[np.ndarray, float]:
     """The estimated row for the stage t where `plan` peaks: coefficients over the MILP's columns (h, then r) and
     the bytes they may take, `budget` less what else the plan holds at t (module doc)."""
-    schedule = lower(graph, plan.R, plan.S, plan.presence)
+    schedule = schedule_of(graph, plan)
     peaks = np.zeros(graph.size, dtype=np.int64)
     for step, usage in zip((step for step in schedule.steps if isinstance(step, Compute)), schedule.usage, strict=True):
         peaks[step.stage] = max(peaks[step.stage], usage)

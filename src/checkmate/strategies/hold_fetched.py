@@ -45,7 +45,7 @@ def hold_fetched(graph: Graph, plan: Plan, budget: int) -> Plan:
             trial = presence.copy()
             trial[first : last + 1, value] = True
             try:
-                schedule = lower(graph, plan.R, plan.S, trial)
+                schedule = lower(graph, plan.R, plan.S, trial, plan.moves)
             except InvalidSchedule:  # a value released before the backward: the gap must stay
                 continue
             if schedule.peak_memory <= budget and schedule.cost < cost:
@@ -68,4 +68,5 @@ def hold_fetched(graph: Graph, plan: Plan, budget: int) -> Plan:
         status=proven_status(cost, plan.lower_bound),
         lower_bound=plan.lower_bound,
         presence=presence,
+        moves=plan.moves,
     )

@@ -36,8 +36,7 @@ from checkmate.execute.memory import measure_peak, synchronize
 from checkmate.execute.predicted_time import predicted_seconds
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
-from checkmate.plan import Plan
-from checkmate.simulate import lower
+from checkmate.plan import Plan, schedule_of
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.distribution import Distribution, PlannedMemory
@@ -337,7 +336,7 @@ class CompiledStep:
             InvalidSchedule: the plan breaks a constraint on this graph (or has the wrong size).
         """
         compiled = self._compiled[self._current]
-        schedule = lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
+        schedule = schedule_of(compiled.captured.graph, plan)
         compiled.program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
         self._compiled[self._current] = dataclasses.replace(compiled, plan=plan, schedule=schedule, reused_from=None)
         self._measured_peak.pop(self._current, None)

@@ -28,8 +28,8 @@ from checkmate.executors import CaptureChoice, EagerExecutor, Executor
 from checkmate.executors.capture_options import CaptureOptions
 from checkmate.graph import Graph
 from checkmate.options import CostModel, MeasureMemory
-from checkmate.plan import Plan
-from checkmate.simulate import Schedule, lower
+from checkmate.plan import Plan, schedule_of
+from checkmate.simulate import Schedule
 from checkmate.solve import solve
 from checkmate.stage_times import Stage, StageTimes, count_capture, recording, timed
 from checkmate.strategies.feasibility import in_fraction_of_peak
@@ -217,9 +217,7 @@ def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph
     """
     options = _solve_options(settings, started)
     plan = _cached_solve(compiled.captured, budget, settings, options, graph=graph)
-    return dataclasses.replace(
-        compiled, plan=plan, schedule=lower(compiled.captured.graph, plan.R, plan.S, plan.presence)
-    )
+    return dataclasses.replace(compiled, plan=plan, schedule=schedule_of(compiled.captured.graph, plan))
 
 
 def _prepare_capture(
@@ -280,7 +278,7 @@ def _solve_capture(model: nn.Module, prepared: _Prepared, settings: Settings, bu
         captured,
         prepared.program,
         plan,
-        lower(captured.graph, plan.R, plan.S, plan.presence),
+        schedule_of(captured.graph, plan),
         no_remat,
         parameter_slots=tuple(_slot(model, name) for name in captured.parameter_names),
         buffer_slots=tuple(_slot(model, name) for name in captured.buffer_names),

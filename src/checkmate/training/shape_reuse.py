@@ -26,8 +26,7 @@ from torch import nn
 
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.execute.program import prepare
-from checkmate.plan import make_plan
-from checkmate.simulate import lower
+from checkmate.plan import make_plan, schedule_of
 from checkmate.solve import solve
 from checkmate.torch_capture import capture_as, model_device, trace_prepared
 from checkmate.torch_capture.structure import structure_difference
@@ -80,7 +79,7 @@ def reuse_plan(
             f"the plan of batch {describe(like.captured.batch_shapes)} holds {format_bytes(plan.peak_memory)} at "
             f"this batch's sizes, over the budget of {format_bytes(budget)}"
         )
-    schedule = lower(captured.graph, plan.R, plan.S, plan.presence)
+    schedule = schedule_of(captured.graph, plan)
     program = prepare(captured)
     program.step_function(schedule)  # generated now, as plan_step does, not inside a metered step
     return Compiled(
