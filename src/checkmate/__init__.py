@@ -22,6 +22,7 @@ from checkmate.errors import (
 )
 from checkmate.experiments.batch_search import MaxBatch
 from checkmate.graph import Graph, Node
+from checkmate.moved import HostLink, LinkSpeeds, Moves
 from checkmate.options import ShardedOptions
 from checkmate.plan import Plan, cheapest_r, make_plan
 from checkmate.progress import Progress, SearchControl
@@ -91,12 +92,15 @@ __all__ = [
     "ExecutionError",
     "Free",
     "Graph",
+    "HostLink",
     "InfeasibleBudget",
     "InvalidArgument",
     "InvalidGraph",
     "InvalidSchedule",
+    "LinkSpeeds",
     "MaxBatch",
     "MethodNotApplicable",
+    "Moves",
     "Node",
     "Plan",
     "Progress",

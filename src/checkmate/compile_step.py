@@ -20,14 +20,16 @@ from typing import Any
 
 from torch import nn
 
-from checkmate.byte_sizes import parse_budget
+from checkmate.byte_sizes import parse_budget, parse_bytes
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
 from checkmate.executors import executor_named
+from checkmate.moved import LinkSpeeds
 from checkmate.options import (
     CostModel,
     ExecutorName,
     GradientMemory,
+    HostOffload,
     MeasureMemory,
     ShardedOptions,
     check_choice,
@@ -58,6 +60,8 @@ def compile(
     channels_last: bool | None = None,
     planning_time_limit: float | None = None,
     sharded: ShardedOptions | None = None,
+    host_budget: int | str | None = None,
+    host_link: LinkSpeeds | None = None,
     **solve_options: Any,
 ) -> CompiledStep:
     """Plan `loss_fn(model, *batch)` and its backward within `budget`, and return a step that runs that plan.
@@ -102,6 +106,14 @@ def compile(
         sharded: for a model sharded with FSDP2, whether units are held gathered from forward to backward where
             the budget has room, and whether their all-gathers are prefetched (`checkmate.options.ShardedOptions`;
             None: both).
+        host_budget: let the plan move values to host memory and back beside recomputing them, holding at most this
+            many bytes there (an int, or a string such as "64GiB"): copies out after the forward makes a value and back
+            before the backward reads it, run beside compute and priced at the link's measured speed
+            (`checkmate.moved`, `checkmate.execute.host_copies`). None (the default): no moves, unless `host_link`
+            is given (then host memory is not limited). Moves are decided by the "optimal" method.
+        host_link: the link's speeds for planning moves (`checkmate.moved.LinkSpeeds`: bytes per second each way,
+            seconds per copy, the fraction of a copy hidden behind compute); None: measured on the model's device at
+            the first compile and cached.
         planning_time_limit: seconds for all the planning of a batch shape: capture, profiling and every solve (the
             Inductor executor may plan several captures). Each solve gets what is left of it, or its own
             `time_limit` if that is less. Capture and profiling cannot be interrupted: when they take all of it, the
@@ -142,6 +154,7 @@ def compile(
     check_solve_options(method, solve_options)
     solve_options = with_search_defaults(method, solve_options)
     check_planning_time_limit(planning_time_limit)
+    offload = _offload(host_budget, host_link)
     settings = Settings(
         budget=budget,
         method=method,
@@ -154,6 +167,7 @@ def compile(
         cost_model=cost_model,
         channels_last=channels_last,
         planning_time_limit=planning_time_limit,
+        offload=offload,
     )
     sharded_model = _is_sharded(model)
     if sharded is not None and not sharded_model:
@@ -163,12 +177,34 @@ def compile(
         )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return compile_data_parallel(model, loss_fn, batch, settings)
+    if sharded_model and offload is not None:
+        raise InvalidArgument(
+            "host_budget and host_link move values to host memory, which the sharded step does not run yet: leave them "
+            "out for an FSDP2 model"
+        )
     if sharded_model:
         from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor are slow to import
 
         return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())
     compiled = plan_step(model, loss_fn, batch, settings)
     return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, SingleProcess(model))
+
+
+def _offload(host_budget: int | str | None, host_link: LinkSpeeds | None) -> HostOffload | None:
+    """The moves to host memory `compile` allows (None: none)."""
+    if host_budget is None and host_link is None:
+        return None
+    if host_link is not None and not isinstance(host_link, LinkSpeeds):
+        raise InvalidArgument(f"host_link must be a checkmate.LinkSpeeds, got {type(host_link).__name__}")
+    if host_budget is None:
+        return HostOffload(None, host_link)
+    try:
+        budget = parse_bytes(host_budget)
+    except ValueError as error:
+        raise InvalidArgument(f"cannot read host_budget={host_budget!r} as bytes: {error}") from None
+    if budget < 0 or isinstance(host_budget, float):
+        raise InvalidArgument(f"host_budget must be a byte count >= 0 such as '64GiB', got {host_budget!r}")
+    return HostOffload(budget, host_link)
 
 
 def _is_sharded(model: nn.Module) -> bool:

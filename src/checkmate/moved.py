@@ -71,32 +71,6 @@ class HostLink:
         ):
             raise ValueError(f"a host link's host_memory must be a byte count >= 0 or None, got {self.host_memory!r}")
 
-    @classmethod
-    def from_bandwidths(
-        cls,
-        to_host: float,
-        to_device: float,
-        *,
-        latency_seconds: float = 0.0,
-        overlap: float = 1.0,
-        host_memory: int | None = None,
-        cost_per_second: float = 1.0,
-    ) -> HostLink:
-        """A link given as the hardware states it: bytes per second each way (`to_host`, `to_device`) and seconds
-        per copy, priced in a graph's cost unit: `cost_per_second` is 1 for a graph costed in seconds
-        (`cost_model="profile"`) and the device's FLOP/s for one costed in FLOPs (`cost_model="flops"`)."""
-        if not (to_host > 0 and to_device > 0 and cost_per_second > 0):
-            raise ValueError(
-                f"bandwidths and cost_per_second must be > 0, got {to_host}, {to_device} and {cost_per_second}"
-            )
-        return cls(
-            to_host_per_byte=cost_per_second / to_host,
-            to_device_per_byte=cost_per_second / to_device,
-            latency=cost_per_second * latency_seconds,
-            overlap=overlap,
-            host_memory=host_memory,
-        )
-
     def to_host_costs(self, sizes: np.ndarray) -> np.ndarray:
         """float64[n]: the cost of copying each of `sizes` bytes to host memory."""
         return self.latency + self.to_host_per_byte * sizes.astype(np.float64)
@@ -104,6 +78,42 @@ class HostLink:
     def to_device_costs(self, sizes: np.ndarray) -> np.ndarray:
         """float64[n]: the cost of copying each of `sizes` bytes back to the device."""
         return self.latency + self.to_device_per_byte * sizes.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class LinkSpeeds:
+    """The link to host memory as the hardware states it (or as measured, `checkmate.execute.host_link`), before it
+    is priced in a graph's cost unit.
+
+    Attributes:
+        to_host: bytes per second copied from the device to host memory.
+        to_device: bytes per second copied from host memory to the device.
+        latency: seconds each copy takes beside its bytes, either way.
+        overlap: the fraction of a stage's compute that copies run beside, hidden (`HostLink.overlap`).
+    """
+
+    to_host: float
+    to_device: float
+    latency: float = 0.0
+    overlap: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.to_host > 0 and self.to_device > 0 and np.isfinite(self.to_host * self.to_device)):
+            raise ValueError(f"bandwidths must be finite and > 0, got {self.to_host} and {self.to_device}")
+
+    def priced(self, cost_per_second: float = 1.0, host_memory: int | None = None) -> HostLink:
+        """The link in a graph's cost unit: `cost_per_second` is 1 for a graph costed in seconds
+        (`cost_model="profile"`) and the device's FLOP/s for one costed in FLOPs (`cost_model="flops"`); moved values
+        may hold at most `host_memory` bytes of host memory (None: no limit)."""
+        if not (cost_per_second > 0 and np.isfinite(cost_per_second)):
+            raise ValueError(f"cost_per_second must be finite and > 0, got {cost_per_second}")
+        return HostLink(
+            to_host_per_byte=cost_per_second / self.to_host,
+            to_device_per_byte=cost_per_second / self.to_device,
+            latency=cost_per_second * self.latency,
+            overlap=self.overlap,
+            host_memory=host_memory,
+        )
 
 
 @dataclass(frozen=True)
@@ -208,3 +218,39 @@ def exposed_transfer_times(
     incoming = np.zeros(T)
     incoming[:-1] = moves.copied_in(T)[1:].astype(np.float64) @ link.to_device_costs(sizes)
     return np.maximum(np.maximum(outgoing, incoming) - hidden, 0.0)
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """What a plan's moves carry and cost (`transfers`).
+
+    Attributes:
+        bytes_to_host: bytes copied from the device to host memory in a step.
+        bytes_to_device: bytes copied back (a value copied back twice counts twice).
+        transfer_time: the copies' cost on the link, both directions, in the graph's cost unit.
+        exposed_time: what they add to the step's time (`exposed_transfer_times`, summed).
+    """
+
+    bytes_to_host: int
+    bytes_to_device: int
+    transfer_time: float
+    exposed_time: float
+
+    @property
+    def hidden(self) -> float:
+        """The fraction of the copies' time hidden beside compute (1 when they take none)."""
+        return 1.0 - self.exposed_time / self.transfer_time if self.transfer_time > 0 else 1.0
+
+
+def transfers(sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_compute: np.ndarray) -> Transfers:
+    """The bytes, cost and exposed time of `moves` on a graph of output `sizes` and host `link`, whose stages
+    compute `stage_compute` (float[T])."""
+    T = stage_compute.size
+    if link is None or not moves.any:
+        return Transfers(0, 0, 0.0, 0.0)
+    out_count = moves.copied_out(T).sum(axis=0).astype(np.int64)
+    in_count = moves.copied_in(T).sum(axis=0).astype(np.int64)
+    sizes = sizes.astype(np.int64)
+    cost = float(out_count @ link.to_host_costs(sizes) + in_count @ link.to_device_costs(sizes))
+    exposed = float(exposed_transfer_times(sizes, link, moves, stage_compute).sum())
+    return Transfers(int(out_count @ sizes), int(in_count @ sizes), cost, exposed)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from checkmate.errors import InvalidArgument
+from checkmate.moved import LinkSpeeds
 
 CostModel = Literal["profile", "flops", "unit"]
 """How capture prices ops: measured time ("profile"), FLOPs, or one unit each."""
@@ -63,3 +64,17 @@ class ShardedOptions:
     hold_gathered: bool = True
     prefetch_gathers: bool = True
     overlap_gathers: bool = True
+
+
+@dataclass(frozen=True)
+class HostOffload:
+    """Moves to host memory, allowed beside recomputation (`checkmate.moved`).
+
+    Attributes:
+        budget: the most bytes the moved values may take in host memory (None: no limit).
+        speeds: the link to host memory (None: measured on the device at the first compile and cached,
+            `checkmate.execute.host_link`).
+    """
+
+    budget: int | None = None
+    speeds: LinkSpeeds | None = None

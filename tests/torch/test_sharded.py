@@ -34,12 +34,13 @@ import checkmate
 from checkmate.errors import RankFailed, ShardedTrainingError
 from checkmate.execute.memory import storage_bytes
 from checkmate.sharded import Sharded
-from checkmate.sharded.link import cache_file, measure_link
+from checkmate.sharded.link import measure_link
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.sharded.units import initialize, shard_bytes_held, units_of
 from checkmate.simulate import Compute, Free
 from checkmate.torch_capture.allocator import allocator_peak
+from checkmate.torch_capture.link_timing import cache_file
 from checkmate.training.compiled import CompiledStep
 
 WORLD_SIZE = 2

@@ -13,7 +13,7 @@ from oracles import moved_cost_and_usage, moved_everywhere_but_reads
 from checkmate.errors import InvalidGraph, InvalidSchedule
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph, Node
-from checkmate.moved import HostLink, Moves
+from checkmate.moved import HostLink, LinkSpeeds, Moves
 from checkmate.simulate import lower
 from checkmate.solve import solve
 
@@ -130,9 +130,11 @@ def test_the_graph_file_keeps_its_host_link() -> None:
 def test_a_link_given_in_bytes_per_second() -> None:
     """PCIe-like figures for a graph costed in FLOPs at 400 TFLOP/s: a byte costs 8,000 FLOPs to the host at
     50 GB/s and 16,000 back at 25 GB/s, a copy's 10 us latency 4e9."""
-    link = HostLink.from_bandwidths(50e9, 25e9, latency_seconds=10e-6, overlap=0.5, cost_per_second=400e12)
+    link = LinkSpeeds(50e9, 25e9, latency=10e-6, overlap=0.5).priced(cost_per_second=400e12, host_memory=1 << 30)
     assert (link.to_host_per_byte, link.to_device_per_byte) == pytest.approx((8_000.0, 16_000.0))
-    assert link.latency == pytest.approx(4e9) and link.overlap == 0.5
-    assert HostLink.from_bandwidths(1e9, 1e9).to_host_per_byte == pytest.approx(1e-9)  # a graph costed in seconds
+    assert link.latency == pytest.approx(4e9) and link.overlap == 0.5 and link.host_memory == 1 << 30
+    assert LinkSpeeds(1e9, 1e9).priced().to_host_per_byte == pytest.approx(1e-9)  # a graph costed in seconds
     with pytest.raises(ValueError, match="bandwidths"):
-        HostLink.from_bandwidths(0.0, 1e9)
+        LinkSpeeds(0.0, 1e9)
+    with pytest.raises(ValueError, match="cost_per_second"):
+        LinkSpeeds(1e9, 1e9).priced(cost_per_second=0.0)

@@ -129,6 +129,13 @@ class NodeProgram:
     outputs: tuple[tuple[int, str], ...] = ()
     random: bool = False
 
+    @property
+    def leaving(self) -> frozenset[str]:
+        """The fx names of the values that leave the step from this node (loss, gradients, buffer updates, outputs):
+        the step keeps them beyond the node, in memory the plan counts apart from the node's."""
+        names = {name for _, name in (*self.gradients, *self.buffer_updates, *self.outputs)}
+        return frozenset(names | ({self.loss} if self.loss is not None else set()))
+
 
 @dataclass(frozen=True)
 class SegmentCall:
@@ -333,6 +340,16 @@ class StepWriter:
             self.emit(f"{BODY}del {self.held[index].popleft()}")
         elif node.exports:
             self.emit(BODY + "del " + ", ".join(map(self.variables.of, node.exports)))
+
+    def arrive(self, index: int, expression: str) -> None:
+        """Emit `expression`, which returns node `index`'s exported values in order, as a new live copy of the node
+        (a value copied back from elsewhere, say): read and freed as a computed copy is."""
+        node = self.source.nodes[index]
+        if self.copies[index] and node.exports:
+            self._hold(index, node)
+        targets = "".join(f"{self.variables.of(name)}, " for name in node.exports)
+        self.emit(f"{BODY}{targets or '_'} = {expression}")
+        self.copies[index] += 1
 
     def segment(self, call: SegmentCall) -> None:
         number = self.segments

@@ -38,6 +38,7 @@ from checkmate.execute.codegen import (
     StepSource,
     step_function,
 )
+from checkmate.execute.host_copies import HostMoves
 from checkmate.execute.passes import SchedulePass, apply_passes
 from checkmate.simulate import Schedule
 from checkmate.torch_capture.strides import conform_layout, traced_stride
@@ -135,7 +136,14 @@ def prepare(captured: Captured) -> Program:
         _node_program(captured, index, fx_nodes, owner, frozenset(placeholders) | constants.keys())
         for index in range(captured.graph.size)
     )
-    return Program(placeholders, constants, nodes, len(captured.buffer_names), len(captured.region_outputs))
+    return Program(
+        placeholders,
+        constants,
+        nodes,
+        len(captured.buffer_names),
+        len(captured.region_outputs),
+        passes=(HostMoves(),),
+    )
 
 
 def fetch_attribute(module: torch.nn.Module, target: str) -> Any:

@@ -3,7 +3,7 @@
 A sharded plan prices each fetch of a unit's parameters at the time its all-gather takes (FSDP2's `unshard`, which
 on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), and, when asked, the fraction of a prefetched
 all-gather that runs beside compute. Both are measured on the process group at the first compile (`measure_link`)
-and kept in the profile cache (`profiles/link-<device>.json` under `checkmate.disk_cache.cache_root`), keyed by the
+and kept in the profile cache (`checkmate.torch_capture.link_timing.cache_file`), keyed by the
 process group's backend and size and by the unit's parameters (shapes and dtypes), as op timings are kept: the next
 compile of the same model on the same machine reuses them. Units of the same parameter shapes (a model's blocks) get
 one figure, the median of their timings.
@@ -17,24 +17,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.json_cache import finite_number, merge_entries, read_entries
-from checkmate.options import CostModel
 from checkmate.sharded.units import Unit
-from checkmate.torch_capture.profile import cache_directory, device_key
+from checkmate.torch_capture.link_timing import cache_file, matrices, median_time
 
 log = logging.getLogger(__name__)
-
-GATHER_TIMINGS = 5  # timed all-gathers per unit, after one that pays for the buffers
-THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
 
 
 @dataclass(frozen=True)
@@ -97,22 +91,22 @@ def _largest(units: Sequence[Unit]) -> Unit:
 
 
 def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
-    """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `GATHER_TIMINGS`, after one
+    """Each unit's all-gather (FSDP2's `unshard`), timed on this rank: the median of `TIMINGS`, after one
     untimed. A collective call: every rank gathers the units in the same order."""
     device = fsdp2.device(units[0].group)
-    return tuple(_median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
+    return tuple(median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
 
 
 def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
     """The fraction of an all-gather that runs beside compute on this rank, in [0, 1]: the largest unit's gather
     started early (FSDP2's `unshard(async_op=True)`, as a prefetch) while matrix products of about its time run,
-    against the two apart (the median of `GATHER_TIMINGS`). A collective call, like `gather_seconds`."""
+    against the two apart (the median of `TIMINGS`). A collective call, like `gather_seconds`."""
     largest = units.index(_largest(units))
     device, gather = fsdp2.device(units[largest].group), seconds[largest]
-    left, right = _matrices(device)
-    product = _median_time(lambda: torch.mm(left, right), device)
+    left, right = matrices(device)
+    product = median_time(lambda: torch.mm(left, right), device)
     count = max(1, round(gather / product)) if product > 0 else 1
-    compute = _median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
+    compute = median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
     module = units[largest].module
 
     def both() -> None:
@@ -122,49 +116,6 @@ def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
         if handle is not None:
             handle.wait()
 
-    together = _median_time(both, device, after=module.reshard)
+    together = median_time(both, device, after=module.reshard)
     hidden = gather + compute - together
     return float(min(1.0, max(0.0, hidden / min(gather, compute)))) if min(gather, compute) > 0 else 0.0
-
-
-def in_cost_unit(seconds: Sequence[float], cost_model: CostModel, device: torch.device) -> tuple[float, ...]:
-    """Times in the graph's cost unit: seconds as they are ("profile"), FLOPs at the device's matrix-product
-    throughput, measured here ("flops"), nothing for the "unit" model (every node costs 1, a test model)."""
-    if cost_model == "profile":
-        return tuple(seconds)
-    if cost_model == "unit":
-        return (0.0,) * len(seconds)
-    left, right = _matrices(device)
-    flops_per_second = 2 * THROUGHPUT_SIZE**3 / _median_time(lambda: torch.mm(left, right), device)
-    return tuple(flops_per_second * each for each in seconds)
-
-
-def _median_time(call: Callable[[], object], device: torch.device, after: Callable[[], object] | None = None) -> float:
-    """The median time of `GATHER_TIMINGS` calls of `call`, after one untimed; `after` runs after each, untimed."""
-    took = []
-    for _ in range(GATHER_TIMINGS + 1):
-        _synchronize(device)
-        started = time.perf_counter()
-        call()
-        _synchronize(device)
-        took.append(time.perf_counter() - started)
-        if after is not None:
-            after()
-    return statistics.median(took[1:])
-
-
-def _matrices(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two random square matrices of side `THROUGHPUT_SIZE` on `device`: the products that time compute."""
-    return torch.randn(THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device), torch.randn(
-        THROUGHPUT_SIZE, THROUGHPUT_SIZE, device=device
-    )
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def cache_file(device: torch.device) -> Path:
-    """The link timings' cache file for `device`."""
-    return cache_directory() / f"link-{device_key(device)}.json"

@@ -50,10 +50,11 @@ from checkmate.graph import Graph
 from checkmate.plan import schedule_of
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
-from checkmate.sharded.link import Link, in_cost_unit, measure_link
+from checkmate.sharded.link import Link, measure_link
 from checkmate.sharded.memory import stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.solve import solve
+from checkmate.torch_capture.link_timing import in_cost_unit
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.planning import Compiled, Settings, plan_again, plan_step
 from checkmate.training.ranks import on_every_rank

@@ -15,7 +15,15 @@ from checkmate.strategies.registry import call_strategy, option_names, strategie
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("checkpoint_all", "chen_sqrtn", "chen_greedy", "chen_sqrtn_linear", "chen_greedy_linear", "griewank")
+BASELINES = (
+    "checkpoint_all",
+    "offload_all",
+    "chen_sqrtn",
+    "chen_greedy",
+    "chen_sqrtn_linear",
+    "chen_greedy_linear",
+    "griewank",
+)
 
 
 def _registered_baselines() -> list[str]:

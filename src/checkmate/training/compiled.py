@@ -37,13 +37,14 @@ from checkmate.execute.predicted_time import predicted_seconds
 from checkmate.execute.program import run_schedule
 from checkmate.graph import Graph
 from checkmate.plan import Plan, schedule_of
+from checkmate.simulate import transfer_time
 from checkmate.torch_capture import model_device
 from checkmate.torch_capture.trace import LossFunction
 from checkmate.training.distribution import Distribution, PlannedMemory
 from checkmate.training.guards import Guards, GuardState, check_grad_mode
 from checkmate.training.planning import BatchSignature, Compiled, Settings, batch_signature, in_bytes, signature_of
 from checkmate.training.shape_reuse import describe, reuse_plan
-from checkmate.training.step_report import StepReport
+from checkmate.training.step_report import StepReport, moves_report
 
 log = logging.getLogger(__name__)
 
@@ -305,10 +306,12 @@ class CompiledStep:
             planned_time=plan.cost if measured_costs else None,
             predicted_time=(
                 predicted_seconds(compiled.captured.graph, compiled.program.run_steps(compiled.schedule))
+                + transfer_time(compiled.captured.graph, plan.R, plan.moves)
                 if measured_costs
                 else None
             ),
             planning_times=compiled.stage_times,
+            moves=moves_report(compiled.captured.graph, plan),
         )
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:

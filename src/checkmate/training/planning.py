@@ -27,7 +27,7 @@ from checkmate.execute.program import Program
 from checkmate.executors import CaptureChoice, EagerExecutor, Executor
 from checkmate.executors.capture_options import CaptureOptions
 from checkmate.graph import Graph
-from checkmate.options import CostModel, MeasureMemory
+from checkmate.options import CostModel, HostOffload, MeasureMemory
 from checkmate.plan import Plan, schedule_of
 from checkmate.simulate import Schedule
 from checkmate.solve import solve
@@ -37,6 +37,7 @@ from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
+from checkmate.training.offload import with_host_link
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ BatchSignature = tuple[Any, tuple[tuple[tuple[int, ...], str], ...], tuple[bool,
 @dataclass(frozen=True)
 class Settings:
     """How a CompiledStep plans and runs: the budget, the method and its options, the capture options, and what
-    `checkmate.compile` says about caching, new batch shapes, measuring, the executor and the layout.
+    `checkmate.compile` says about caching, new batch shapes, measuring, the executor, the layout and moves to host
+    memory (`offload`: None allows none).
 
     `budget` is as given to `compile` until the first plan resolves it; a step keeps it in bytes from then on
     (`in_bytes`), so that every batch shape plans within the same bytes."""
@@ -62,6 +64,7 @@ class Settings:
     cost_model: CostModel = "profile"
     channels_last: bool | None = None
     planning_time_limit: float | None = None
+    offload: HostOffload | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,8 @@ def _prepare_capture(
                 lean_backward=options.lean_backward,
             )
         captured, program = settings.executor.prepare(traced, model, batch, settings.cost_model)
+        if settings.offload is not None:
+            captured = with_host_link(captured, settings.offload)
     with timed(Stage.SOLVE):
         no_remat = solve(captured.graph, None, method="checkpoint_all")
     return _Prepared(choice, captured, program, no_remat)

@@ -6,13 +6,46 @@ import logging
 from dataclasses import dataclass
 
 from checkmate.byte_sizes import format_bytes
+from checkmate.graph import Graph
+from checkmate.moved import transfers
 from checkmate.options import CostModel
-from checkmate.plan import PlanStatus, describe_status
+from checkmate.plan import Plan, PlanStatus, describe_status
+from checkmate.simulate import stage_compute
 from checkmate.stage_times import StageTimes
 
 log = logging.getLogger(__name__)
 
 LABEL_WIDTH = 17
+
+
+@dataclass(frozen=True)
+class MovesReport:
+    """A plan's moves to host memory as a step reports them (`checkmate.moved.Transfers`).
+
+    Attributes:
+        host_peak: the most bytes the moved values hold in host memory.
+        host_budget: the host memory allowed (None: no limit).
+        bytes_to_host: bytes copied to host memory in a step.
+        bytes_to_device: bytes copied back.
+        transfer_time: the copies' time on the link, both directions, in the plan's cost unit (seconds under
+            "profile" costs).
+        hidden: the fraction of it the plan prices as hidden beside compute.
+    """
+
+    host_peak: int
+    host_budget: int | None
+    bytes_to_host: int
+    bytes_to_device: int
+    transfer_time: float
+    hidden: float
+
+    def __str__(self) -> str:
+        budget = "no limit" if self.host_budget is None else f"of {format_bytes(self.host_budget)}"
+        return (
+            f"host memory {format_bytes(self.host_peak)} ({budget}); {format_bytes(self.bytes_to_host)} out, "
+            f"{format_bytes(self.bytes_to_device)} back, {self.transfer_time:.4g} on the link, {self.hidden:.0%} "
+            "hidden beside compute"
+        )
 
 
 @dataclass(frozen=True)
@@ -41,6 +74,7 @@ class StepReport:
             plans this shape for itself), or None when the plan was made for this shape.
         planning_times: where the time of planning this shape went (capture, node compilation and measuring,
             solving, fused runs: `checkmate.stage_times`), or None for a plan reused from another shape.
+        moves: the plan's moves to host memory, or None when it moves nothing.
     """
 
     method: str
@@ -58,6 +92,7 @@ class StepReport:
     planned_time: float | None = None
     predicted_time: float | None = None
     planning_times: StageTimes | None = None
+    moves: MovesReport | None = None
 
     def __str__(self) -> str:
         measured_peak = "not yet measured" if self.measured_peak is None else format_bytes(self.measured_peak)
@@ -84,6 +119,24 @@ class StepReport:
             ("planned extra compute", f"{self.planned_extra_compute:+.1%}"),
             ("step time", measured_time),
         ]
+        if self.moves is not None:
+            rows.append(("moves", str(self.moves)))
         if self.planning_times is not None:
             rows.append(("planning time", str(self.planning_times)))
         return "\n".join(f"{label:<{LABEL_WIDTH}}  {value}" for label, value in rows)
+
+
+def moves_report(graph: Graph, plan: Plan) -> MovesReport | None:
+    """What `plan`'s moves carry and cost on `graph`, or None when it moves nothing."""
+    link = graph.host_link
+    if link is None or not plan.moves.any:
+        return None
+    moved = transfers(graph.memory, link, plan.moves, stage_compute(graph, plan.R))
+    return MovesReport(
+        plan.host_peak,
+        link.host_memory,
+        moved.bytes_to_host,
+        moved.bytes_to_device,
+        moved.transfer_time,
+        moved.hidden,
+    )
