@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
-from checkmate.cli.arguments import key_values
+from checkmate.cli.arguments import host_link_options, key_values, with_host_link
 from checkmate.cli.progress_display import ProgressDisplay
 from checkmate.errors import CheckmateError, ExecutionError, InvalidGraph, InvalidSchedule
 from checkmate.experiments.compare import REFERENCE, accepted_options, compare, format_table
@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sweep_parser.add_argument("--budget", help=argparse.SUPPRESS)  # refused with advice: a sweep picks its budgets
     _solver_options(sweep_parser)
+    host_link_options(sweep_parser)
     sweep_parser.add_argument("--methods", help="comma-separated names (default: every method)")
     sweep_parser.add_argument(
         "--points", type=int, default=8, help="budgets from the smallest feasible to checkpoint_all's peak"
@@ -181,6 +182,7 @@ def _graph_and_budget(parser: argparse.ArgumentParser) -> None:
         "of the peak without rematerialization (0.6); default: none",
     )
     _solver_options(parser)
+    host_link_options(parser)
 
 
 def _solver_options(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +233,7 @@ def _load_graph(path: Path) -> Graph:
 
 
 def _solve(arguments: argparse.Namespace) -> int:
-    graph = _load_graph(arguments.graph)
+    graph = with_host_link(arguments, _load_graph(arguments.graph))
     budget, fraction = _budget(arguments, graph)
     options = _method_options(arguments)
     if "time_limit" not in accepted_options(arguments.method, {"time_limit": None}):
@@ -272,7 +274,7 @@ def _methods(arguments: argparse.Namespace) -> int:
 
 
 def _compare(arguments: argparse.Namespace) -> int:
-    graph = _load_graph(arguments.graph)
+    graph = with_host_link(arguments, _load_graph(arguments.graph))
     budget, fraction = _budget(arguments, graph)
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
     with ProgressDisplay() as display:

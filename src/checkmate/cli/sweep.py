@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from checkmate.byte_sizes import format_bytes
+from checkmate.cli.arguments import with_host_link
 from checkmate.errors import CaptureError, InvalidArgument, InvalidGraph
 from checkmate.experiments.parallel import LocalRunner, RayRunner, Runner, available_cpus, make_runner
 from checkmate.experiments.sweep import (
@@ -60,7 +61,10 @@ def run_sweep(arguments: argparse.Namespace, options: dict[str, Any]) -> int:
     if arguments.budget is not None:
         raise InvalidArgument("sweep chooses its own budgets; use --points instead of --budget")
     methods = None if arguments.methods is None else [name.strip() for name in arguments.methods.split(",")]
-    graphs = load_targets(arguments.targets, arguments.batch_size)
+    graphs = {
+        name: with_host_link(arguments, graph)
+        for name, graph in load_targets(arguments.targets, arguments.batch_size).items()
+    }
     runner = make_runner(arguments.workers, arguments.ray)
     tasks = []
     for model, graph in graphs.items():

@@ -14,7 +14,7 @@ from checkmate.errors import EXPECTED_FAILURES
 from checkmate.graph import Graph
 from checkmate.plan import PlanStatus
 from checkmate.solve import solve
-from checkmate.strategies.registry import get_strategy, option_names, strategies
+from checkmate.strategies.registry import get_strategy, option_names, strategies_for
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def compare(
         >>> print(format_table(compare(linear_graph(8), 6, ["checkpoint_all", "chen_sqrtn"])))  # doctest: +SKIP
     """
     budget_bytes = None if budget is None else parse_bytes(budget)
-    names = list(methods) if methods is not None else [strategy.name for strategy in strategies()]
+    names = list(methods) if methods is not None else [strategy.name for strategy in strategies_for(graph)]
     for name in names:
         get_strategy(name)
     reference_cost = solve(graph, None, method=REFERENCE).cost

@@ -29,7 +29,7 @@ from checkmate.milp.formulation import build_index
 from checkmate.milp.scaling import memory_scale
 from checkmate.plan import PlanStatus
 from checkmate.solve import solve
-from checkmate.strategies.registry import get_strategy, strategies
+from checkmate.strategies.registry import get_strategy, strategies_for
 from checkmate.strategies.warm_start import lowest_peak_baseline
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def sweep_tasks(
     options: Mapping[str, Any] | None = None,
 ) -> list[SweepTask]:
     """One task per budget and method (default: every registered method); each gets only the options it takes."""
-    names = list(methods) if methods is not None else [strategy.name for strategy in strategies()]
+    names = list(methods) if methods is not None else [strategy.name for strategy in strategies_for(graph)]
     for name in names:
         get_strategy(name)
     reference_cost = solve(graph, None, method=REFERENCE).cost

@@ -73,6 +73,7 @@ def offloaded(graph: Graph, plan: Plan, *, method: str) -> Plan:
     "offload_all",
     "no recomputation, and every output that waits three stages or more for its next reader copied to host memory "
     "and back for it (a graph with a host link)",
+    needs_host_link=True,
 )
 def offload_all(graph: Graph, budget: int | None) -> Plan:
     kept = plan_from_s(graph, checkpoint_all_s(graph), method="offload_all")

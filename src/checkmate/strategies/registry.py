@@ -25,27 +25,34 @@ class Strategy:
 
     The function is called as function(graph, budget, **options) with budget in bytes (fixed memory
     included) or None for no limit. It returns a Plan within the budget, or raises InfeasibleBudget. `check(options)`
-    raises InvalidArgument for an option value the function would refuse, before any work.
+    raises InvalidArgument for an option value the function would refuse, before any work. A strategy that
+    `needs_host_link` plans moves to host memory, so only graphs with a `host_link`.
     """
 
     name: str
     description: str
     function: StrategyFunction
     check: OptionCheck = _accept
+    needs_host_link: bool = False
+
+    def applies_to(self, graph: Graph) -> bool:
+        """Whether the strategy plans `graph` (what it needs, the graph has)."""
+        return graph.host_link is not None or not self.needs_host_link
 
 
 _STRATEGIES: dict[str, Strategy] = {}
 
 
 def register(
-    name: str, description: str, check: OptionCheck = _accept
+    name: str, description: str, check: OptionCheck = _accept, *, needs_host_link: bool = False
 ) -> Callable[[StrategyFunction], StrategyFunction]:
-    """Decorator that adds a strategy function to the table under `name`, with the check of its option values."""
+    """Decorator that adds a strategy function to the table under `name`, with the check of its option values and
+    whether it needs a graph with a host link."""
 
     def add(function: StrategyFunction) -> StrategyFunction:
         if name in _STRATEGIES:
             raise ValueError(f"strategy {name!r} is registered twice")
-        _STRATEGIES[name] = Strategy(name, description, function, check)
+        _STRATEGIES[name] = Strategy(name, description, function, check, needs_host_link)
         return function
 
     return add
@@ -54,6 +61,11 @@ def register(
 def strategies() -> tuple[Strategy, ...]:
     """All registered strategies, in registration order."""
     return tuple(_STRATEGIES.values())
+
+
+def strategies_for(graph: Graph) -> tuple[Strategy, ...]:
+    """The registered strategies that plan `graph`, in registration order."""
+    return tuple(strategy for strategy in _STRATEGIES.values() if strategy.applies_to(graph))
 
 
 def get_strategy(name: str) -> Strategy:

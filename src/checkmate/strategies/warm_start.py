@@ -11,7 +11,7 @@ from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting
 from checkmate.progress import SearchControl
 from checkmate.strategies.held_start import HeldStart, held_start_plan
-from checkmate.strategies.registry import call_strategy, option_names, strategies
+from checkmate.strategies.registry import call_strategy, option_names, strategies_for
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,8 @@ BASELINES = (
 )
 
 
-def _registered_baselines() -> list[str]:
-    registered = {strategy.name for strategy in strategies()}
+def _registered_baselines(graph: Graph) -> list[str]:
+    registered = {strategy.name for strategy in strategies_for(graph)}
     return [name for name in BASELINES if name in registered]
 
 
@@ -54,7 +54,7 @@ def best_baseline(
     from outside the search (`checkmate.strategies.held_start`), or None when none fits; the baselines after
     `control` stops are not tried (on large graphs they take seconds), the starts always are."""
     plans: list[Plan] = []
-    for name in _registered_baselines():
+    for name in _registered_baselines(graph):
         if control is not None and control.stopped:
             log.info("time is up: baselines from %s on not tried", name)
             break
@@ -82,7 +82,7 @@ def lowest_peak_baseline(graph: Graph, control: SearchControl | None = None) -> 
     """The registered baseline plan with the lowest peak memory (each baseline asked for its own minimum); the
     baselines after `control` stops are not tried."""
     plans: list[Plan] = []
-    for name in _registered_baselines():
+    for name in _registered_baselines(graph):
         if control is not None and control.stopped:
             break
         result = _try_baseline(name, graph, graph.fixed_memory, control)
