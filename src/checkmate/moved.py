@@ -4,33 +4,39 @@ A plan may copy a node's output to host memory in a stage where the output is on
 a later stage that reads it, instead of holding it (S) or computing it again (R). The decisions (`Moves`, bool[T, T]
 each, in the paper's stage-by-node layout):
 
-* `copy_out[t, i]`: node i's output is copied to host memory during stage t;
-* `copy_in[t, i]`: it is copied back for stage t: present on the device in stage t as a held value is.
+* `copy_out[t, i]`: node i's output starts its copy to host memory in stage t;
+* `copy_in[t, i]`: it is copied back for stage t: present on the device in stage t as a held value is;
+* `buffered[s, i]`: stage s holds the device buffer of node i's next copy back, which fills it: the stages of a
+  copy back's buffer form a run that ends the stage before its `copy_in` (a copy back started early, a prefetch).
 
 The rules a plan with moves obeys (`check_moves`), beside the paper's:
 
 * (m1) a copy out of i in stage t needs i on the device there (R[t, i] or S[t, i]) and bytes of its own (an output
   of no bytes is a view of another's storage, or no tensor: nothing to move); each output is copied out at most once
   in a step;
-* (m2) a copy in of i for stage t needs a copy out of i in a stage s <= t - 2 (the copy out ends with its stage s,
-  the copy in runs during stage t - 1), so never for stages 0 and 1;
+* (m2) a copy back for stage t needs its buffer in stage t - 1; a buffer in stage s goes on into stage s + 1 or ends
+  with the copy back for s + 1; and it needs a copy out of i in a stage before s, and i off the device in s
+  (R[s, i] = S[s, i] = copy_in[s, i] = 0): a copy back starts once the copy out is complete;
 * (m3) a copied-in value is not also computed or held in that stage (R[t, i] = S[t, i] = 0);
 * the paper's (1b) and (1c) take a copied-in value as a third source: R[t, j] <= R[t, i] + S[t, i] + copy_in[t, i]
   for each edge (i, j), and S[t + 1, i] <= R[t, i] + S[t, i] + copy_in[t, i].
 
 The memory model, on the device: a copied-in value holds its bytes in stage t from the stage's start as a held value
-does (freed after its last reader there unless held into stage t + 1), and throughout stage t - 1, where its copy
-fills a buffer of its bytes; a value copied out in stage t stays on the device to the end of stage t (its copy
-completes with the stage), where it is dropped unless held into stage t + 1. On the host: a copied-out value holds
-its bytes from its copy out to the end of the step (`host_peak`), at most the link's `host_memory` (m4).
+does (freed after its last reader there unless held into stage t + 1), and its buffer holds them throughout every
+stage of its run; a value copied out in stage t stays on the device to the end of stage t, where it is dropped unless
+held into stage t + 1. On the host: a copied-out value holds its bytes from its copy out to the end of the step
+(`host_peak`), at most the link's `host_memory` (m4).
 
-The time model (`exposed_transfer_times`): the link to host memory runs beside compute, one copy after another in
-each direction, and the two directions (device to host, host to device) at once. A stage's copies out run beside that
-stage's compute, the copies in for stage t + 1 beside stage t's; each direction hides behind `HostLink.overlap` x the
-stage's compute, and the stage takes the longer of what the two leave exposed on top of its compute:
-max(0, copies out - overlap x compute, copies in for t + 1 - overlap x compute). (Adding the two instead would make
-a useless recomputation lower the step's time.) A copy costs the link's latency plus its bytes at the direction's
-cost per byte, in the graph's cost unit.
+The time model (`transfer_schedule`): the link to host memory runs beside compute, each direction (device to host,
+host to device) one copy at a time, the two at once. A copy has a window of stages: a copy out in stage t, that stage
+and each following stage whose whole length the value stays on the device (held into the next stage): stages t to
+e - 1 where the value is held into stages t + 1 to e; a copy back, the run of its buffer. Each stage lends each
+direction `HostLink.overlap` x its compute; copies use it earliest deadline first, and where a copy's window ends
+before it is complete, the step waits for it: the stage's time grows by the longest of the two directions' waits, and
+the link goes on copying (in both directions) while it waits. A copy costs the link's latency plus its bytes at the
+direction's cost per byte, in the graph's cost unit. The wait at each stage is the least any order of copies within
+their windows allows (the earliest deadline first, with the link kept busy, is an optimal schedule of such a
+fluid link); the MILP's transfer rows (`checkmate.milp.moves`) express the same model.
 """
 
 from __future__ import annotations
@@ -121,12 +127,15 @@ class Moves:
     """A plan's copies to host memory and back (module doc); empty (shape (0, 0)) for a plan without moves.
 
     Attributes:
-        copy_out: bool[T, T]; copy_out[t, i] = 1 when node i's output is copied to host memory during stage t.
+        copy_out: bool[T, T]; copy_out[t, i] = 1 when node i's output starts its copy to host memory in stage t.
         copy_in: bool[T, T]; copy_in[t, i] = 1 when it is copied back for stage t (present there).
+        buffered: bool[T, T]; buffered[s, i] = 1 when stage s holds the buffer of node i's next copy back; empty:
+            the stage before each copy back only.
     """
 
     copy_out: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
     copy_in: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
+    buffered: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool), compare=False)
 
     @property
     def any(self) -> bool:
@@ -140,6 +149,14 @@ class Moves:
     def copied_out(self, T: int) -> np.ndarray:
         """bool[T, T]: `copy_out`, or all false for a plan without moves."""
         return self.copy_out.astype(bool) if self.copy_out.size else np.zeros((T, T), dtype=bool)
+
+    def buffers(self, T: int) -> np.ndarray:
+        """bool[T, T]: `buffered`, or where it is empty, the stage before each copy back."""
+        if self.buffered.size:
+            return self.buffered.astype(bool)
+        before = np.zeros((T, T), dtype=bool)
+        before[:-1] = self.copied_in(T)[1:]
+        return before
 
 
 NO_MOVES = Moves()
@@ -167,14 +184,32 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
     twice = np.flatnonzero(out.sum(axis=0) > 1)
     if twice.size:
         raise InvalidSchedule(f"(m1) node {twice[0]}'s output is copied out {int(out[:, twice[0]].sum())} times")
-    early = np.argwhere(back & ~on_host_in_time(out))
-    if early.size:
-        t, i = early[0]
-        raise InvalidSchedule(f"(m2) copy_in[{t}, {i}] = 1 but node {i} was not copied out by stage {t - 2}")
     doubled = np.argwhere(back & on_device)
     if doubled.size:
         t, i = doubled[0]
         raise InvalidSchedule(f"(m3) copy_in[{t}, {i}] = 1 but node {i} is also computed or held in stage {t}")
+    buffer = moves.buffers(T)
+    if buffer.shape != (T, T):
+        raise InvalidSchedule(f"buffered has shape {buffer.shape}; the graph has {T} nodes, so it must be ({T}, {T})")
+    unbuffered = np.argwhere(back & ~np.vstack([np.zeros((1, T), dtype=bool), buffer[:-1]]))
+    if unbuffered.size:
+        t, i = unbuffered[0]
+        raise InvalidSchedule(f"(m2) copy_in[{t}, {i}] = 1 but stage {t - 1} holds no buffer for it (buffered)")
+    ends = np.vstack([buffer[1:] | back[1:], np.zeros((1, T), dtype=bool)])
+    dangling = np.argwhere(buffer & ~ends)
+    if dangling.size:
+        s, i = dangling[0]
+        raise InvalidSchedule(
+            f"(m2) buffered[{s}, {i}] = 1 but no buffer or copy back of node {i} follows in stage {s + 1}"
+        )
+    early = np.argwhere(buffer & ~on_host_by(out))
+    if early.size:
+        s, i = early[0]
+        raise InvalidSchedule(f"(m2) buffered[{s}, {i}] = 1 but node {i} was not copied out before stage {s}")
+    present = np.argwhere(buffer & (on_device | back))
+    if present.size:
+        s, i = present[0]
+        raise InvalidSchedule(f"(m2) buffered[{s}, {i}] = 1 but node {i} is on the device in stage {s}")
     if not moves.any:
         return
     if link is None:
@@ -186,18 +221,28 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
         )
 
 
-def on_host_in_time(copy_out: np.ndarray) -> np.ndarray:
-    """bool[T, T]: where a copy back for stage t may be made (m2): the output was copied out in a stage <= t - 2."""
+def on_host_by(copy_out: np.ndarray) -> np.ndarray:
+    """bool[T, T]: where a copy back's buffer may be (m2): the output was copied out in an earlier stage."""
     ready = np.zeros(copy_out.shape, dtype=bool)
-    ready[2:] = np.cumsum(copy_out, axis=0)[:-2] > 0
+    ready[1:] = np.cumsum(copy_out, axis=0)[:-1] > 0
     return ready
 
 
 def buffered_bytes(sizes: np.ndarray, moves: Moves, T: int) -> np.ndarray:
-    """int64[T]: per stage t, the bytes of the copies in for stage t + 1, whose buffers stage t holds."""
-    ahead = np.zeros(T, dtype=np.int64)
-    ahead[:-1] = moves.copied_in(T)[1:].astype(np.int64) @ sizes.astype(np.int64)
-    return ahead
+    """int64[T]: per stage, the bytes of the copies back whose buffers it holds."""
+    return moves.buffers(T).astype(np.int64) @ sizes.astype(np.int64)
+
+
+def copy_out_windows(S: np.ndarray, moves: Moves) -> np.ndarray:
+    """bool[T, T]: the stages of each copy out's window (module doc): its stage t, and each next stage s while the
+    value is held into s + 1."""
+    T = S.shape[0]
+    window = moves.copied_out(T).copy()
+    held_next = np.zeros((T, T), dtype=bool)
+    held_next[:-1] = S[1:].astype(bool)
+    for t in range(1, T):
+        window[t] |= window[t - 1] & held_next[t]
+    return window
 
 
 def host_peak(sizes: np.ndarray, moves: Moves, T: int) -> int:
@@ -205,19 +250,97 @@ def host_peak(sizes: np.ndarray, moves: Moves, T: int) -> int:
     return int(moves.copied_out(T).any(axis=0).astype(np.int64) @ sizes.astype(np.int64))
 
 
-def exposed_transfer_times(
-    sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_compute: np.ndarray
-) -> np.ndarray:
-    """float64[T]: per stage t, the time its copies out and the copies in for stage t + 1 add to its compute: the
-    longer of the two directions' times less what overlap x the stage's compute hides (module doc)."""
+@dataclass(frozen=True)
+class TransferSchedule:
+    """The link's work as the time model schedules it (module doc).
+
+    Attributes:
+        exposed: float64[T]; per stage, the time the step waits there for copies (added to its compute).
+        to_host: float64[T, T]; to_host[s, i], the part of node i's copy out done in stage s.
+        to_device: float64[T, T]; to_device[s, i], the part of a copy back of node i done in stage s.
+    """
+
+    exposed: np.ndarray
+    to_host: np.ndarray
+    to_device: np.ndarray
+
+
+def transfer_schedule(
+    sizes: np.ndarray, link: HostLink | None, moves: Moves, S: np.ndarray, stage_compute: np.ndarray
+) -> TransferSchedule:
+    """Schedule the copies of `moves` (valid for a plan with holds `S`, on a graph of output `sizes`) on the `link`,
+    stage by stage, earliest deadline first (module doc)."""
     T = stage_compute.size
+    zeros = np.zeros((T, T))
     if link is None or not moves.any:
-        return np.zeros(T)
-    hidden = link.overlap * stage_compute
-    outgoing = moves.copied_out(T).astype(np.float64) @ link.to_host_costs(sizes)
-    incoming = np.zeros(T)
-    incoming[:-1] = moves.copied_in(T)[1:].astype(np.float64) @ link.to_device_costs(sizes)
-    return np.maximum(np.maximum(outgoing, incoming) - hidden, 0.0)
+        return TransferSchedule(np.zeros(T), zeros, zeros.copy())
+    directions = (
+        _jobs(copy_out_windows(S, moves), moves.copied_out(T), link.to_host_costs(sizes), first_is_start=True),
+        _jobs(moves.buffers(T), moves.copied_in(T), link.to_device_costs(sizes), first_is_start=False),
+    )
+    done = (zeros.copy(), zeros.copy())
+    exposed = np.zeros(T)
+    left = [dict(jobs.work) for jobs in directions]
+    for s in range(T):
+        lent = link.overlap * float(stage_compute[s])
+        due = [sum(left[d][job] for job in directions[d].due.get(s, ())) for d in range(2)]
+        exposed[s] = max(0.0, max(due) - lent)
+        for d, jobs in enumerate(directions):
+            capacity = lent + exposed[s]
+            for job in sorted((job for job in jobs.open_at(s) if left[d][job] > 0), key=jobs.deadline.__getitem__):
+                used = min(capacity, left[d][job])
+                left[d][job] -= used
+                done[d][s, job[1]] += used
+                capacity -= used
+                if capacity <= 0:
+                    break
+            for job in jobs.due.get(s, ()):
+                if left[d][job] > 1e-9 * max(jobs.work[job], 1.0):
+                    raise AssertionError(f"internal: copy {job} left {left[d][job]} past its window")
+    return TransferSchedule(exposed, done[0], done[1])
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """One direction's copies, each (first stage, node): its work, last stage, and the stages it is open."""
+
+    work: dict[tuple[int, int], float]
+    deadline: dict[tuple[int, int], int]
+    due: dict[int, list[tuple[int, int]]]
+    opening: dict[int, list[tuple[int, int]]]
+
+    def open_at(self, s: int) -> list[tuple[int, int]]:
+        return [job for job, last in self.deadline.items() if job[0] <= s <= last]
+
+
+def _jobs(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_start: bool) -> _Jobs:
+    """The copies of one direction from its `window` runs: a copy out's run starts at its mark (`first_is_start`); a
+    copy back's run ends the stage before its mark."""
+    T = window.shape[0]
+    work: dict[tuple[int, int], float] = {}
+    deadline: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(window.any(axis=0)).tolist():
+        stages = np.flatnonzero(window[:, i])
+        runs = np.split(stages, np.flatnonzero(np.diff(stages) > 1) + 1)
+        for run in runs:
+            first, last = int(run[0]), int(run[-1])
+            marked = marks[first, i] if first_is_start else (last + 1 < T and marks[last + 1, i])
+            if marked:
+                work[(first, i)] = float(costs[i])
+                deadline[(first, i)] = last
+    due: dict[int, list[tuple[int, int]]] = {}
+    opening: dict[int, list[tuple[int, int]]] = {}
+    for job, last in deadline.items():
+        due.setdefault(last, []).append(job)
+        opening.setdefault(job[0], []).append(job)
+    return _Jobs(work, deadline, due, opening)
+
+
+def exposed_transfer_times(
+    sizes: np.ndarray, link: HostLink | None, moves: Moves, S: np.ndarray, stage_compute: np.ndarray
+) -> np.ndarray:
+    """float64[T]: per stage, the time the step waits there for copies (`transfer_schedule`)."""
+    return transfer_schedule(sizes, link, moves, S, stage_compute).exposed
 
 
 @dataclass(frozen=True)
@@ -242,9 +365,11 @@ class Transfers:
         return 1.0 - self.exposed_time / self.transfer_time if self.transfer_time > 0 else 1.0
 
 
-def transfers(sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_compute: np.ndarray) -> Transfers:
-    """The bytes, cost and exposed time of `moves` on a graph of output `sizes` and host `link`, whose stages
-    compute `stage_compute` (float[T])."""
+def transfers(
+    sizes: np.ndarray, link: HostLink | None, moves: Moves, S: np.ndarray, stage_compute: np.ndarray
+) -> Transfers:
+    """The bytes, cost and exposed time of `moves` on a graph of output `sizes` and host `link`, for a plan with holds
+    `S` whose stages compute `stage_compute` (float[T])."""
     T = stage_compute.size
     if link is None or not moves.any:
         return Transfers(0, 0, 0.0, 0.0)
@@ -252,5 +377,5 @@ def transfers(sizes: np.ndarray, link: HostLink | None, moves: Moves, stage_comp
     in_count = moves.copied_in(T).sum(axis=0).astype(np.int64)
     sizes = sizes.astype(np.int64)
     cost = float(out_count @ link.to_host_costs(sizes) + in_count @ link.to_device_costs(sizes))
-    exposed = float(exposed_transfer_times(sizes, link, moves, stage_compute).sum())
+    exposed = float(exposed_transfer_times(sizes, link, moves, S, stage_compute).sum())
     return Transfers(int(out_count @ sizes), int(in_count @ sizes), cost, exposed)

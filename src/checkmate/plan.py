@@ -103,6 +103,7 @@ class Plan:
                     {
                         "copy_out": self.moves.copy_out.astype(int).tolist(),
                         "copy_in": self.moves.copy_in.astype(int).tolist(),
+                        "buffered": self.moves.buffers(self.R.shape[0]).astype(int).tolist(),
                     }
                     if self.moves.any
                     else {}
@@ -122,6 +123,9 @@ class Plan:
             moves = Moves(
                 np.array(data.get("copy_out", np.zeros_like(R)), dtype=bool).reshape(graph.size, graph.size),
                 np.array(data.get("copy_in", np.zeros_like(R)), dtype=bool).reshape(graph.size, graph.size),
+                np.array(data["buffered"], dtype=bool).reshape(graph.size, graph.size)
+                if "buffered" in data
+                else np.zeros((0, 0), dtype=bool),
             )
         return make_plan(
             graph,

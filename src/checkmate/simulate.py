@@ -170,7 +170,7 @@ def lower(
             steps.extend(Free(int(node), t) for _ in range(int(drops[node])))
         live -= drops
         current -= int(memory @ drops)
-    cost = plan_cost(graph, R) + fetch_time(graph, R, presence) + transfer_time(graph, R, moves)
+    cost = plan_cost(graph, R) + fetch_time(graph, R, presence) + transfer_time(graph, R, S, moves)
     return Schedule(
         tuple(steps),
         cost,
@@ -209,12 +209,12 @@ def fetch_time(graph: Graph, R: np.ndarray, presence: np.ndarray) -> float:
     return float(exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap).sum())
 
 
-def transfer_time(graph: Graph, R: np.ndarray, moves: Moves) -> float:
-    """The time of the copies to host memory and back that compute does not hide
-    (`checkmate.moved.exposed_transfer_times`)."""
+def transfer_time(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves) -> float:
+    """The time the plan's moves to host memory add to its compute: the step's waits for copies
+    (`checkmate.moved.transfer_schedule`)."""
     if not moves.any:
         return 0.0
-    return float(exposed_transfer_times(graph.memory, graph.host_link, moves, stage_compute(graph, R)).sum())
+    return float(exposed_transfer_times(graph.memory, graph.host_link, moves, S, stage_compute(graph, R)).sum())
 
 
 def _last_consumer_in_stage(preds: tuple[tuple[int, ...], ...], computed: np.ndarray) -> dict[int, int]:

@@ -70,7 +70,7 @@ def test_a_cheap_link_moves_values_instead_of_recomputing_them(budget: int) -> N
     assert moving.moves.any and not moving.recomputes
     assert moving.cost == pytest.approx(_chain(FAST).least_cost) and moving.status == "optimal"
     assert moving.peak_memory <= budget and moving.host_peak > 0
-    dear = solve(_chain(SLOW), budget, method="optimal", time_limit=30, progress=False)
+    dear = solve(_chain(SLOW), budget, method="optimal", time_limit=30, progress=False, mip_gap=1e-7)
     assert dear.cost == pytest.approx(alone.cost) and dear.status == "optimal"
     assert not dear.moves.any
 
@@ -93,8 +93,9 @@ def _fewest_computations(graph: Graph, S: np.ndarray, copied_in: np.ndarray) -> 
 
 def _joint_oracle(graph: Graph, budget: int) -> float | None:
     """The cheapest plan within `budget` by exhaustive search over S, the copies back (each where its value is read
-    again, two stages or more after it is made) and, for each value copied back, every stage of its copy out; R the
-    fewest computations these allow; priced by `oracles.moved_cost_and_usage`. Nothing from the library's planning."""
+    again, two stages or more after it is made), for each value copied back every stage of its copy out, and for each
+    copy back every first stage of its buffer's run that the rules allow; R the fewest computations these allow;
+    priced by `oracles.moved_cost_and_usage`. Nothing from the library's planning."""
     T = graph.size
     held = useful_entries(graph)
     back = [(t, i) for i, users in enumerate(graph.users) if users for t in range(i + 2, max(users) + 1)]
@@ -111,12 +112,22 @@ def _joint_oracle(graph: Graph, budget: int) -> float | None:
             continue  # (m3)
         moved = sorted({int(i) for i in np.flatnonzero(copy_in.any(axis=0))})
         stages = [[s for s in range(int(np.flatnonzero(copy_in[:, i])[0]) - 1) if R[s, i] or S[s, i]] for i in moved]
+        on_device = R | S | copy_in
         for outs in itertools.product(*stages):
             copy_out = np.zeros((T, T), dtype=bool)
             copy_out[list(outs), moved] = True
-            cost, usage, _ = moved_cost_and_usage(graph, R, S, Moves(copy_out, copy_in))
-            if max(usage) <= budget and (best is None or cost < best - 1e-9):
-                best = cost
+            runs = []  # per copy back, the buffers it may start at: after its copy out, off the device throughout
+            for t, i in zip(*np.nonzero(copy_in), strict=True):
+                made = outs[moved.index(int(i))]
+                starts = [a for a in range(made + 1, int(t)) if not on_device[a : int(t), i].any()]
+                runs.append([(int(t), int(i), a) for a in starts])
+            for chosen in itertools.product(*runs):
+                buffered = np.zeros((T, T), dtype=bool)
+                for t, i, a in chosen:
+                    buffered[a:t, i] = True
+                cost, usage, _ = moved_cost_and_usage(graph, R, S, Moves(copy_out, copy_in, buffered))
+                if max(usage) <= budget and (best is None or cost < best - 1e-9):
+                    best = cost
     return best
 
 

@@ -174,7 +174,9 @@ def test_copies_are_placed_where_the_memory_model_counts_them() -> None:
         Free(3, 3),
     )
     copier = HostCopier()
-    placed = placed_copies(steps, copy_out, copy_in, copier)
+    buffered = np.zeros((4, 4), dtype=bool)
+    buffered[2, 0] = True
+    placed = placed_copies(steps, copy_out, copy_in, buffered, copier)
     assert [type(step).__name__ + str((step.node, step.stage)) for step in placed] == [
         "Compute(0, 0)",
         "StartCopyOut(0, 0)",

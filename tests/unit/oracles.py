@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy.optimize import linprog
 
 from checkmate.graph import Graph
 from checkmate.moved import Moves
@@ -152,37 +153,41 @@ def moved_everywhere_but_reads(
     if made + 1 < T and not R[made + 1, users].any():
         S[made + 1, node] = False  # not read in the stage after its copy out: dropped when that ends
     for stage in range(made + 2, T):
-        if S[stage, node] or R[stage, users].any():
-            S[stage, node] = False
-            copy_in[stage, node] = bool(R[stage, users].any())
+        read = bool(R[stage, users].any())
+        S[stage, node] = False
+        if not read or R[stage, node]:
+            continue
+        if copy_in[stage - 1, node] or R[stage - 1, node] or S[stage - 1, node]:
+            S[stage, node] = True  # on the device in the stage before: held into this one
+        else:
+            copy_in[stage, node] = True
     return S, Moves(copy_out, copy_in)
 
 
 def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves) -> tuple[float, list[int], int]:
     """(cost, device usage after each computation, host peak) from the rules of `checkmate.moved` and the paper's
     equations (with each running node's workspace and what the nodes run so far retain), with plain loops: nothing
-    from the library's simulator."""
+    from the library's simulator. The waits for copies are the optimum of the fluid link as a linear program
+    (`_least_waits`), not the simulator's earliest-deadline schedule."""
     T = graph.size
     M = [int(node.memory) for node in graph.nodes]
     link = graph.host_link
     assert link is not None
     out = moves.copy_out.astype(bool).tolist()
     back = moves.copy_in.astype(bool).tolist()
+    buffer = moves.buffers(T).astype(bool).tolist()
     R_ = R.astype(bool).tolist()
     S_ = S.astype(bool).tolist()
     first = [node.cost for node in graph.nodes]
     again = [node.cost if node.recompute_cost is None else node.recompute_cost for node in graph.nodes]
     cost, usages = 0.0, []
+    computes = []
     ever_computed: set[int] = set()
     for t in range(T):
         compute = sum(first[i] if i == t else again[i] for i in range(T) if R_[t][i])
+        computes.append(compute)
         cost += compute
-        to_host = sum(link.latency + link.to_host_per_byte * M[i] for i in range(T) if out[t][i])
-        to_device = 0.0
-        if t + 1 < T:
-            to_device = sum(link.latency + link.to_device_per_byte * M[i] for i in range(T) if back[t + 1][i])
-        cost += max(0.0, to_host - link.overlap * compute, to_device - link.overlap * compute)
-        buffers = sum(M[i] for i in range(T) if t + 1 < T and back[t + 1][i])
+        buffers = sum(M[i] for i in range(T) if buffer[t][i])
         held_next = S_[t + 1] if t + 1 < T else [False] * T
         usage = sum(M[i] for i in range(T) if S_[t][i] or back[t][i])
         for k in range(T):
@@ -199,5 +204,58 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
                 later = any(R_[t][j] for j in graph.users[i] if j > k)
                 if not held_next[i] and not later and not out[t][i]:
                     usage -= M[i]
+    jobs = []  # (direction, work, first stage, last stage)
+    for i in range(T):
+        for t in range(T):
+            if out[t][i]:
+                last = t
+                while last + 2 < T and S_[last + 2][i]:
+                    last += 1  # the value is held through the whole of stage last + 1
+                jobs.append((0, link.latency + link.to_host_per_byte * M[i], t, last))
+            if back[t][i]:
+                start = t - 1
+                while start - 1 >= 0 and buffer[start - 1][i]:
+                    start -= 1
+                jobs.append((1, link.latency + link.to_device_per_byte * M[i], start, t - 1))
+    cost += _least_waits(jobs, [link.overlap * compute for compute in computes])
     host = sum(M[i] for i in range(T) if any(out[t][i] for t in range(T)))
     return cost, usages, host
+
+
+def _least_waits(jobs: list[tuple[int, float, int, int]], lent: list[float]) -> float:
+    """The least total wait of a fluid link: each job's work done within its stages, each stage lending each
+    direction `lent[s]` plus the stage's wait X[s]; minimise sum X, by linear programming."""
+    T = len(lent)
+    cells = [(job, s) for job, (_, _, first, last) in enumerate(jobs) for s in range(first, last + 1)]
+    n = len(cells) + T
+    objective = np.zeros(n)
+    objective[len(cells) :] = 1.0
+    equal_rows, equal_bounds = [], []
+    for job, (_, work, _, _) in enumerate(jobs):
+        row = np.zeros(n)
+        for column, (owner, _) in enumerate(cells):
+            if owner == job:
+                row[column] = 1.0
+        equal_rows.append(row)
+        equal_bounds.append(work)
+    upper_rows, upper_bounds = [], []
+    for direction in (0, 1):
+        for s in range(T):
+            row = np.zeros(n)
+            for column, (job, stage) in enumerate(cells):
+                if stage == s and jobs[job][0] == direction:
+                    row[column] = 1.0
+            row[len(cells) + s] = -1.0
+            upper_rows.append(row)
+            upper_bounds.append(lent[s])
+    result = linprog(
+        objective,
+        A_ub=np.array(upper_rows),
+        b_ub=np.array(upper_bounds),
+        A_eq=np.array(equal_rows) if equal_rows else None,
+        b_eq=np.array(equal_bounds) if equal_bounds else None,
+        bounds=(0, None),
+        method="highs",
+    )
+    assert result.status == 0, result.message
+    return float(result.fun)

@@ -96,11 +96,19 @@ def test_moves_that_break_a_rule_are_refused() -> None:
     with pytest.raises(InvalidSchedule, match=r"\(m1\)"):
         lower(graph, kept.R, kept.S, moves=Moves(out, back))
     out, back = _plain_moves(T)
-    out[0, 0], back[1, 0] = True, True  # back in the stage after its copy out
+    out[0, 0], back[2, 0] = True, True  # its buffer would fill in stage 1, which still holds node 0
+    with pytest.raises(InvalidSchedule, match=r"\(m2\).*on the device in stage 1"):
+        lower(graph, kept.R, S, moves=Moves(out, back))
+    buffered = moves.buffers(T).copy()
+    buffered[5, 0] = True  # a run of buffers that stops at stage 5, with no copy back in stage 6
+    with pytest.raises(InvalidSchedule, match=r"\(m2\).*stage 6"):
+        lower(graph, kept.R, S, moves=Moves(moves.copy_out, moves.copy_in, buffered))
+    buffered = moves.buffers(T).copy()
+    buffered[1:8, 0] = True  # a buffer from stage 1, where node 0 is still held
     with pytest.raises(InvalidSchedule, match=r"\(m2\)"):
-        lower(graph, kept.R, kept.S, moves=Moves(out, back))
+        lower(graph, kept.R, S, moves=Moves(moves.copy_out, moves.copy_in, buffered))
     out, back = moves.copy_out.copy(), moves.copy_in.copy()
-    back[4, 3] = True  # node 3 is never copied out
+    back[8, 3] = True  # node 3 is never copied out
     with pytest.raises(InvalidSchedule, match=r"\(m2\)"):
         lower(graph, kept.R, S, moves=Moves(out, back))
     with pytest.raises(InvalidSchedule, match=r"\(m3\)"):
@@ -114,6 +122,28 @@ def test_moves_that_break_a_rule_are_refused() -> None:
     small = dataclasses.replace(graph, host_link=dataclasses.replace(LINK, host_memory=9))
     with pytest.raises(InvalidSchedule, match=r"\(m4\)"):
         lower(small, kept.R, S, moves=moves)  # forward_0's 10 bytes
+
+
+def test_a_copy_back_started_early_hides_behind_more_compute() -> None:
+    """forward_0's copy back (1.25) started in stage 6 instead of 7 hides behind two stages of compute (1 each): no
+    wait, and stage 6 holds the 10-byte buffer too; its copy out's window grows with its holds the same way."""
+    graph = _chain()
+    kept = solve(graph, None, method="checkpoint_all")
+    S, moves = moved_everywhere_but_reads(graph, kept.R, kept.S, 0)
+    late = lower(graph, kept.R, S, moves=moves)
+    buffered = moves.buffers(graph.size).copy()
+    buffered[6, 0] = True
+    early_moves = Moves(moves.copy_out, moves.copy_in, buffered)
+    early = lower(graph, kept.R, S, moves=early_moves)
+    assert early.cost == pytest.approx(late.cost - 0.25)
+    assert early.usage[6] == late.usage[6] + 10 and early.usage[7] == late.usage[7]
+    cost, usage, _ = moved_cost_and_usage(graph, kept.R, S, early_moves)
+    assert (early.cost, list(early.usage)) == (pytest.approx(cost), usage)
+    held_longer = S.copy()
+    held_longer[2, 0] = True  # held into stage 2: stage 1 joins the copy out's window
+    longer = lower(graph, kept.R, held_longer, moves=moves)
+    assert longer.cost == pytest.approx(late.cost - 1.0)  # the copy out (2.5) hides behind stages 0 and 1
+    assert moved_cost_and_usage(graph, kept.R, held_longer, moves)[0] == pytest.approx(longer.cost)
 
 
 def test_the_graph_file_keeps_its_host_link() -> None:

@@ -7,8 +7,9 @@ The schedule pass `HostMoves` (order PLACE, in every Program) reads `Schedule.mo
   is held there; it starts copying node i's exported values to host memory.
 * `EndCopyOut(i, t)`: before the first `Free` of node i after it (the simulator frees a value being copied out at the
   end of its stage at the earliest), so the device value lives until its copy is complete, as the plan counts it.
-* `StartCopyIn(i, t)`, where `copy_in[t, i]`: at the start of stage t - 1; it allocates node i's device storages
-  (the buffer the plan counts through stage t - 1) and starts copying the host copy into them.
+* `StartCopyIn(i, t)`, where `copy_in[t, i]`: at the start of the first stage of its buffer's run (`buffered`, the
+  stage t - 1 or earlier); it allocates node i's device storages (the buffer the plan counts through the run) and
+  starts copying the host copy into them.
 * `EndCopyIn(i, t)`: at the start of stage t; it waits for the copy, and node i's values become a live copy, read
   and freed as a computed one is.
 
@@ -94,13 +95,17 @@ class HostMoves:
         moves = lowering.schedule.moves
         if not moves.any:
             return lowering
-        return with_steps(lowering, placed_copies(lowering.steps, moves.copy_out, moves.copy_in, self.copier))
+        T = lowering.schedule.moves.copy_out.shape[0]
+        return with_steps(
+            lowering, placed_copies(lowering.steps, moves.copy_out, moves.copy_in, moves.buffers(T), self.copier)
+        )
 
 
 def placed_copies(
-    steps: Sequence[ScheduleItem], copy_out: np.ndarray, copy_in: np.ndarray, copier: HostCopier
+    steps: Sequence[ScheduleItem], copy_out: np.ndarray, copy_in: np.ndarray, buffered: np.ndarray, copier: HostCopier
 ) -> tuple[ScheduleItem, ...]:
-    """`steps` with the copies of `copy_out` and `copy_in` (bool[T, T]) placed among them (module doc)."""
+    """`steps` with the copies of `copy_out`, `copy_in` and their `buffered` runs (bool[T, T] each) placed among them
+    (module doc)."""
     T = copy_out.shape[0]
     stage_of = [step.stage if isinstance(step, Compute | Free) else None for step in steps]
     first_of_stage: dict[int, int] = {}
@@ -112,11 +117,15 @@ def placed_copies(
         raise ExecutionError(f"stage {missing[0]} of the schedule has no step to place its host copies at")
     computed = {(step.node, step.stage) for step in steps if isinstance(step, Compute)}
     before: dict[int, list[ScheduleItem]] = {}
-    for t in range(T):  # a stage's copies back end, then the next stage's start, then its held values' copies out
+    starting_runs = buffered & ~np.vstack([np.zeros((1, T), dtype=bool), buffered[:-1]])
+    for t in range(T):  # a stage's copies back end, then the runs of buffers start, then held values' copies out
         start = first_of_stage[t]
         before.setdefault(start, []).extend(EndCopyIn(int(i), t, copier) for i in np.flatnonzero(copy_in[t]))
-        if t + 1 < T:
-            before[start].extend(StartCopyIn(int(i), t + 1, copier) for i in np.flatnonzero(copy_in[t + 1]))
+        for i in np.flatnonzero(starting_runs[t]).tolist():
+            ends = np.flatnonzero(copy_in[t + 1 :, i])
+            if not ends.size:
+                raise ExecutionError(f"node {i}'s buffer from stage {t} ends in no copy back")
+            before[start].append(StartCopyIn(i, t + 1 + int(ends[0]), copier))
     stage_starting = {position: stage for stage, position in first_of_stage.items()}
     waiting: dict[int, int] = {}  # node: the stage of its copy out, not yet awaited
     placed: list[ScheduleItem] = []

@@ -51,6 +51,7 @@ from checkmate.milp.moves import (
     move_rows,
     objective_columns,
     persistence_terms,
+    unbounded_columns,
 )
 from checkmate.milp.problem import MilpProblem
 from checkmate.milp.row_block import RowBlock
@@ -184,7 +185,7 @@ def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray, moves: MoveColumns) 
 
 def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v] (+ sum_v M_v A[t+1,v] on a graph that
-    prefetches, `checkmate.fetched`; + sum_i M_i (P[t,i] + P[t+1,i]) with moves, `checkmate.milp.moves`);
+    prefetches, `checkmate.fetched`; + sum_i M_i (P[t,i] + B[t,i]) with moves, `checkmate.milp.moves`);
     (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
     present_stage, present_value = np.nonzero(index.G_col >= 0)
@@ -501,7 +502,7 @@ def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_b
     stage, node = np.nonzero(index.U_col >= 0)
     upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
     upper[index.E_col] = np.inf  # exposed fetch time, in the cost unit
-    upper[objective_columns(index.moves)] = np.inf  # exposed transfer times, in the cost unit
+    upper[unbounded_columns(index.moves)] = np.inf  # waits and the link's work, in the cost unit
     for v, value in enumerate(graph.fetched):
         upper[index.G_col[value.last_use + 1 :, v]] = 0.0  # gone after its last use: no reader runs there
         if value.released_before_backward and value.backward_start < index.T:
@@ -574,8 +575,7 @@ def encode_solution(
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
     present = on_device(presence, graph.prefetch).astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
-    copied_in = moves.copied_in(index.T).astype(np.float64) @ sizes
-    present += copied_in + np.append(copied_in[1:], 0.0)  # copies back: the value, and its buffer the stage before
+    present += (moves.copied_in(index.T) | moves.buffers(index.T)).astype(np.float64) @ sizes  # copies back, buffers
     U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
     x = np.zeros(index.num_variables)
     x[index.R_col[R]] = 1.0
@@ -586,5 +586,5 @@ def encode_solution(
     x[index.A_col] = rises(presence)
     if index.E_col.size:
         x[index.E_col] = exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
-    encode_moves(x, graph, index.moves, moves, stage_compute(graph, R))
+    encode_moves(x, graph, index.moves, moves, S, stage_compute(graph, R))
     return x

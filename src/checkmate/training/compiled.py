@@ -306,7 +306,7 @@ class CompiledStep:
             planned_time=plan.cost if measured_costs else None,
             predicted_time=(
                 predicted_seconds(compiled.captured.graph, compiled.program.run_steps(compiled.schedule))
-                + transfer_time(compiled.captured.graph, plan.R, plan.moves)
+                + transfer_time(compiled.captured.graph, plan.R, plan.S, plan.moves)
                 if measured_costs
                 else None
             ),

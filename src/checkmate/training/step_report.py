@@ -131,7 +131,7 @@ def moves_report(graph: Graph, plan: Plan) -> MovesReport | None:
     link = graph.host_link
     if link is None or not plan.moves.any:
         return None
-    moved = transfers(graph.memory, link, plan.moves, stage_compute(graph, plan.R))
+    moved = transfers(graph.memory, link, plan.moves, plan.S, stage_compute(graph, plan.R))
     return MovesReport(
         plan.host_peak,
         link.host_memory,
