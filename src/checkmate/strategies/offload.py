@@ -15,15 +15,17 @@ and a start of the searches on a graph with a host link, as the MILP's moves are
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 
 from checkmate.errors import MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.moved import Moves
-from checkmate.plan import Plan, make_plan
+from checkmate.plan import Plan, make_plan, schedule_of
+from checkmate.simulate import Compute, Schedule, stage_compute
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
-from checkmate.strategies.common import cheapest_within, plan_from_s
+from checkmate.strategies.common import cheapest_within, infeasible, plan_from_s
 from checkmate.strategies.registry import register
 
 SHORTEST_GAP = 3  # a copy back for stage t fills its buffer in stage t - 1: a gap of 2 stages frees nothing
@@ -78,3 +80,104 @@ def offloaded(graph: Graph, plan: Plan, *, method: str) -> Plan:
 def offload_all(graph: Graph, budget: int | None) -> Plan:
     kept = plan_from_s(graph, checkpoint_all_s(graph), method="offload_all")
     return cheapest_within([offloaded(graph, kept, method="offload_all")], budget, method="offload_all")
+
+
+def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadline: float | None = None) -> Plan | None:
+    """`plan` with values moved to host memory, one at a time, until its peak fits `budget` bytes; None when no move
+    is left that lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`.
+
+    Each round takes the peak stage p and every value held across it and needed again three stages or more after its
+    last need before p (a gap (a, b) around p), and tries it moved: copied out where it is first made, held on past a
+    while its copy out needs the compute of those stages (`HostLink.overlap` x compute), its copy back's buffer run
+    started as many stages before b as its copy needs, both clear of p; the one that frees its bytes at p for the
+    least added time (bytes per added cost) is taken. Other gaps of a moved value stay held."""
+    link = graph.host_link
+    if link is None:
+        raise MethodNotApplicable("moves to host memory need a graph with a host link")
+    T = graph.size
+    current = plan
+    R = plan.R.astype(bool)
+    needed = R | _reads(graph, R)
+    compute = stage_compute(graph, R)
+    lent = link.overlap * compute
+    out_costs, in_costs = link.to_host_costs(graph.memory), link.to_device_costs(graph.memory)
+    while current.peak_memory > budget:
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
+        schedule = schedule_of(graph, current)
+        p = _peak_stage(schedule)
+        moves = current.moves
+        out, back, buffer = moves.copied_out(T), moves.copied_in(T), moves.buffers(T)
+        best: tuple[float, Plan] | None = None
+        for i in np.flatnonzero(current.S[p] & ~needed[p] & (graph.memory > 0) & ~out.any(axis=0)).tolist():
+            stages = np.flatnonzero(needed[:, i])
+            before, after = stages[stages < p], stages[stages > p]
+            if not before.size or not after.size:
+                continue
+            a, b = int(before[-1]), int(after[0])
+            held_until = _stages_covering(lent, a, out_costs[i], forward=True)  # last stage the value stays
+            first_buffer = _stages_covering(lent, b - 1, in_costs[i], forward=False)
+            held_until, first_buffer = min(held_until, p - 1), max(first_buffer, p + 1)
+            if not current.S[a + 1 : b + 1, i].all() or R[a + 1 : b + 1, i].any() or first_buffer > b - 1:
+                continue
+            S = current.S.copy()
+            S[held_until + 1 : b + 1, i] = False
+            trial_out, trial_back, trial_buffer = out.copy(), back.copy(), buffer.copy()
+            trial_out[int(np.flatnonzero(R[:, i])[0]), i] = True
+            trial_back[b, i] = True
+            trial_buffer[first_buffer:b, i] = True
+            trial = make_plan(graph, current.R, S, moves=Moves(trial_out, trial_back, trial_buffer), method=method)
+            freed = schedule.peak_memory - trial.peak_memory
+            if freed <= 0:
+                continue
+            value = freed / (trial.cost - current.cost + 1e-12 * current.cost + 1e-30)
+            if best is None or value > best[0]:
+                best = (value, trial)
+        if best is None:
+            return None
+        current = best[1]
+    return current
+
+
+def _reads(graph: Graph, R: np.ndarray) -> np.ndarray:
+    """bool[T, T]: read[t, i] where a consumer of node i is computed in stage t."""
+    T = graph.size
+    read = np.zeros((T, T), dtype=bool)
+    for j, sources in enumerate(graph.predecessors):
+        if sources:
+            read[np.ix_(R[:, j], np.array(sources, dtype=np.int64))] = True
+    return read
+
+
+def _peak_stage(schedule: Schedule) -> int:
+    """The stage of the schedule's peak moment."""
+    computes = [step.stage for step in schedule.steps if isinstance(step, Compute)]
+    return computes[int(np.argmax(schedule.usage))]
+
+
+def _stages_covering(lent: np.ndarray, start: int, work: float, *, forward: bool) -> int:
+    """The stage where the compute lent from `start` on (forward) or back (not) first covers `work`."""
+    total, stage = 0.0, start
+    step = 1 if forward else -1
+    while 0 <= stage < lent.size:
+        total += float(lent[stage])
+        if total >= work:
+            return stage
+        stage += step
+    return lent.size - 1 if forward else 0
+
+
+@register(
+    "offload_only",
+    "no recomputation: checkpoint_all with values moved to host memory, the cheapest per byte first, until the peak "
+    "fits the budget (a graph with a host link)",
+    needs_host_link=True,
+)
+def offload_only(graph: Graph, budget: int | None) -> Plan:
+    kept = plan_from_s(graph, checkpoint_all_s(graph), method="offload_only")
+    if budget is None or kept.peak_memory <= budget:
+        return kept
+    moved = offload_to_fit(graph, kept, budget, method="offload_only")
+    if moved is None:
+        raise infeasible("offload_only", budget, None, hint="no more values can be moved to lower its peak")
+    return moved

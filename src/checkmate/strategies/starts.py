@@ -1,12 +1,14 @@
 """The plans a search starts from, and the bound it starts with.
 
-Five starting points, each improved by `hold_more` on the full graph:
+The starting points, each but the moved ones improved by `hold_more` on the full graph:
 * the cheapest baseline within the budget (Chen's heuristics, checkpoint_all, griewank), and the cheapest of the
   starts the caller gives (`checkmate.strategies.held_start`: torch.compile's partitioner's choices, for the Inductor
   executor);
 * the answer of the closure bound (`checkmate.strategies.closure_start`): hold what crosses the binding stage as it
   holds, rebuild the rest once. Where one stage binds it meets the bound: proven optimal at once on most of the
   graph set's rows (transformers among them);
+* on a graph with a host link, plans that recompute less and move values to host memory to fit
+  (`checkmate.strategies.offload_starts`);
 * unless a start already meets the bound, the answers of the retention bound (`checkmate.bounds.retention`), without
   and with its input cover: hold what it keeps, recompute the rest with the cheapest R. On convolutional networks
   this lands within a fraction of a percent of the bound (on VGG16 the answer with the cover is the optimum); on
@@ -34,6 +36,7 @@ from checkmate.strategies.closure_start import closure_start
 from checkmate.strategies.feasibility import infeasible_budget
 from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.hold_more import hold_more
+from checkmate.strategies.offload_starts import moved_starts
 from checkmate.strategies.policy import POLICY, SearchPolicy
 from checkmate.strategies.warm_start import best_baseline, best_given
 
@@ -160,6 +163,11 @@ def starting_plans(
     except InfeasibleBudget:
         if plain is graph:
             raise
+    if plain is not graph and not control.stopped:
+        moved = moved_starts(graph, budget, control.child(control.share(policy.moved_starts_share)), method=method)
+        if moved is not None:
+            plans.append(moved)
+            control.report("moved starts", cost=moved.cost)
     best = cheapest_fitting(plans, budget)
     log.info("starting plan: %s; bound %.6g", "none" if best is None else f"cost {best.cost:.6g}", bound)
     return Starts(best, bound, bound_is_final)

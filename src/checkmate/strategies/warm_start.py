@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 BASELINES = (
     "checkpoint_all",
     "offload_all",
+    "offload_only",
     "chen_sqrtn",
     "chen_greedy",
     "chen_sqrtn_linear",

@@ -1,0 +1,226 @@
+"""Keep, recompute or move to host memory, on LLM-scale graphs with H100-like figures: predicted step time of the joint
+plan against recomputation only, offload only and offloading every activation, at budgets from the peak without
+recomputation down.
+
+Graphs are captured on fake tensors (no memory: `transformers` models from configs, bf16, random weights never
+made) with the flops cost model and `max_nodes=200` (capture merges cheap neighbours; the MILP and the starts of the
+joint search run on 200 nodes), and kept in `benchmarks/graphs/`:
+
+* `llama3_8b`: Llama-3-8B's shape (32 layers, hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocab 128256), one
+  sequence of 2048 tokens;
+* `llama32_1b`: Llama-3.2-1B's shape (16 layers, hidden 2048, MLP 8192, 32 heads, 8 KV heads, tied embeddings), 4
+  sequences of 2048 tokens;
+* `vit_large`: ViT-L/16 (24 layers, hidden 1024, MLP 4096, 16 heads), 64 images of 224 x 224.
+
+The figures (`H100`): 600 TFLOP/s of bf16 matrix products sustained (about 60 % of an H100 SXM's dense peak), PCIe
+Gen5 x16 at 55 GB/s each way with 10 us per copy, copies fully beside compute (`overlap` 1: the copy engines do not
+slow the kernels), host memory unlimited. Every plan is priced by the same simulator (`checkmate.moved` for moves).
+
+Methods per budget (a fraction of checkpoint_all's peak, fixed memory included):
+* `recompute`: `optimal` on the graph without the link (today's plans);
+* `joint`: `optimal` on the graph with the link: keep, recompute or move, one search;
+* `offload_only`: no recomputation, values moved cheapest per byte first until the budget holds;
+* `offload_all`: no recomputation, every long hold moved (budget-free: a row only where its peak fits).
+
+    .venv/bin/python benchmarks/offload.py --time-limit 120 --out
+    .venv/bin/python benchmarks/offload.py --from-json --markdown   # BENCHMARKS.md's table from the rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import checkmate
+from checkmate import LinkSpeeds
+from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
+
+GRAPHS = Path(__file__).parent / "graphs"
+FLOPS_PER_SECOND = 6e14
+H100 = LinkSpeeds(to_host=55e9, to_device=55e9, latency=10e-6, overlap=1.0)
+MAX_NODES = 200
+FRACTIONS = (1.0, 0.9, 0.8, 0.75, 0.7)
+GIB = 2**30
+
+
+def _language_model(config: Any, batch: int, length: int) -> tuple[Any, Any, tuple[Any, ...]]:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config)
+    tokens = torch.randint(0, config.vocab_size, (batch, length))
+
+    def loss_fn(module: Any, inputs: Any) -> Any:
+        return module(input_ids=inputs, labels=inputs).loss
+
+    return model, loss_fn, (tokens,)
+
+
+def llama3_8b() -> tuple[Any, Any, tuple[Any, ...]]:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=2048, use_cache=False)  # fmt: skip
+    return _language_model(config, 1, 2048)
+
+
+def llama32_1b() -> tuple[Any, Any, tuple[Any, ...]]:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=2048,
+                         tie_word_embeddings=True, use_cache=False)  # fmt: skip
+    return _language_model(config, 4, 2048)
+
+
+def vit_large() -> tuple[Any, Any, tuple[Any, ...]]:
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+    from transformers.initialization import no_init_weights
+
+    config = ViTConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                       image_size=224, patch_size=16, num_labels=1000)  # fmt: skip
+    with no_init_weights():
+        model = ViTForImageClassification(config)
+    images, labels = torch.randn(64, 3, 224, 224), torch.randint(0, 1000, (64,))
+
+    def loss_fn(module: Any, pixels: Any, targets: Any) -> Any:
+        return module(pixel_values=pixels, labels=targets).loss
+
+    return model, loss_fn, (images, labels)
+
+
+MODELS: dict[str, Callable[[], tuple[Any, Any, tuple[Any, ...]]]] = {
+    "llama3_8b": llama3_8b,
+    "llama32_1b": llama32_1b,
+    "vit_large": vit_large,
+}
+
+
+def graph_of(name: str) -> checkmate.Graph:
+    """The model's graph from `benchmarks/graphs/`, captured on fake tensors in bf16 when it is not there."""
+    path = GRAPHS / f"{name}_offload.json.gz"
+    if not path.exists():
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with FakeTensorMode():
+                model, loss_fn, batch = MODELS[name]()
+        finally:
+            torch.set_default_dtype(default)
+        graph = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=MAX_NODES).graph
+        with gzip.open(path, "wt") as file:
+            file.write(graph.to_json())
+    with gzip.open(path, "rt") as file:
+        return checkmate.Graph.from_json(file.read())
+
+
+def _row(name: str, fraction: float, method: str, plan_or_error: Any, seconds: float) -> Row:
+    row: Row = {"name": name, "fraction": fraction, "method": method, "seconds": round(seconds, 2)}
+    if isinstance(plan_or_error, Exception):
+        return {**row, "status": type(plan_or_error).__name__}
+    plan: checkmate.Plan = plan_or_error
+    return {
+        **row,
+        "status": plan.status,
+        "step_seconds": plan.cost / FLOPS_PER_SECOND,
+        "peak_gib": plan.peak_memory / GIB,
+        "gap": plan.gap,
+        "lower_bound_seconds": None if plan.lower_bound is None else plan.lower_bound / FLOPS_PER_SECOND,
+        "recomputed": int(plan.R.sum()) - plan.R.shape[0],
+        "moved": int(plan.moves.copy_out.sum()),
+        "host_gib": plan.host_peak / GIB,
+    }
+
+
+def _solve(graph: checkmate.Graph, budget: int, method: str, time_limit: float) -> tuple[Any, float]:
+    options = {"time_limit": time_limit, "progress": False} if method == "optimal" else {}
+    started = time.perf_counter()
+    try:
+        return checkmate.solve(graph, budget, method=method, **options), time.perf_counter() - started
+    except checkmate.InfeasibleBudget as error:
+        return error, time.perf_counter() - started
+
+
+def measure(arguments: argparse.Namespace) -> Iterator[Row]:
+    for name in arguments.models:
+        graph = graph_of(name)
+        linked = dataclasses.replace(graph, host_link=H100.priced(FLOPS_PER_SECOND, None))
+        kept = checkmate.solve(graph, None, method="checkpoint_all")
+        everything = checkmate.solve(linked, None, method="offload_all")
+        print(f"{name}: {graph.size} nodes, fixed {graph.fixed_memory / GIB:.2f} GiB", file=sys.stderr)
+        for fraction in arguments.fractions:
+            budget = int(fraction * kept.peak_memory)
+            yield _row(name, fraction, "checkpoint_all", kept if kept.peak_memory <= budget else _over(budget), 0.0)
+            yield _row(
+                name, fraction, "offload_all", everything if everything.peak_memory <= budget else _over(budget), 0.0
+            )
+            for method, on, solver in (
+                ("recompute", graph, "optimal"),
+                ("offload_only", linked, "offload_only"),
+                ("joint", linked, "optimal"),
+            ):
+                plan, seconds = _solve(on, budget, solver, arguments.time_limit)
+                yield _row(name, fraction, method, plan, seconds)
+                print(
+                    f"  {fraction:.2f} {method}: {_cell(_row(name, fraction, method, plan, seconds))}", file=sys.stderr
+                )
+
+
+def _over(budget: int) -> checkmate.InfeasibleBudget:
+    return checkmate.InfeasibleBudget("its peak is over the budget", budget=budget, minimum=None)
+
+
+def _cell(row: Row) -> str:
+    if "step_seconds" not in row:
+        return "–"
+    text = f"{row['step_seconds'] * 1e3:.1f} ms"
+    if row["moved"]:
+        text += f", {row['moved']} moved ({row['host_gib']:.1f} GiB)"
+    return text
+
+
+METHODS = ("checkpoint_all", "recompute", "offload_only", "offload_all", "joint")
+
+
+def render(stored: Stored) -> str:
+    by_key = {(row["name"], row["fraction"], row["method"]): row for row in stored.rows}
+    lines = []
+    for name, fraction in dict.fromkeys((row["name"], row["fraction"]) for row in stored.rows):
+        cells = [_cell(by_key.get((name, fraction, method), {})) for method in METHODS]
+        recompute, joint = by_key.get((name, fraction, "recompute"), {}), by_key.get((name, fraction, "joint"), {})
+        ratio = "–"
+        if "step_seconds" in recompute and "step_seconds" in joint:
+            ratio = f"{joint['step_seconds'] / recompute['step_seconds']:.3f}"
+        gap = "–" if joint.get("gap") is None else f"{joint['gap']:.1%}"
+        lines.append([name, f"{fraction:.0%}", *cells, ratio, gap, str(joint.get("seconds", "–"))])
+    header = ["model", "budget", *METHODS, "joint / recompute", "joint gap", "joint s"]
+    return markdown_table(header, lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--fractions", nargs="+", type=float, default=list(FRACTIONS))
+    parser.add_argument("--time-limit", type=float, default=120.0, help="seconds for each optimal solve")
+    parser.add_argument("--markdown", action="store_true", help="accepted for symmetry: the table is markdown")
+    add_row_arguments(parser)
+    arguments = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    measure_or_load(arguments, "offload", lambda: measure(arguments), render)
+
+
+if __name__ == "__main__":
+    main()
