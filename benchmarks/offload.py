@@ -69,7 +69,8 @@ def llama3_8b() -> tuple[Any, Any, tuple[Any, ...]]:
     from transformers import LlamaConfig
 
     config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=2048, use_cache=False)  # fmt: skip
+                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=2048,
+                         use_cache=False)  # fmt: skip
     return _language_model(config, 1, 2048)
 
 

@@ -3,6 +3,7 @@ until a plan fits, and a joint plan no costlier than recomputing alone or moving
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -53,10 +54,8 @@ def test_the_joint_plan_costs_no_more_than_recomputing_or_moving_alone(seed: int
         budget = int(fraction * peak)
         others = []
         for on, method in ((plain, "optimal"), (graph, "offload_only")):
-            try:
+            with contextlib.suppress(InfeasibleBudget):
                 others.append(solve(on, budget, method=method, **({"time_limit": 20} if method == "optimal" else {})))
-            except InfeasibleBudget:
-                pass
         if not others:
             continue
         joint = solve(graph, budget, method="optimal", time_limit=30, progress=False)
