@@ -40,6 +40,7 @@ from typing import Any
 
 import checkmate
 from checkmate import LinkSpeeds
+from checkmate.files import write_file
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
 GRAPHS = Path(__file__).parent / "graphs"
@@ -122,8 +123,7 @@ def graph_of(name: str) -> checkmate.Graph:
         finally:
             torch.set_default_dtype(default)
         graph = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=MAX_NODES).graph
-        with gzip.open(path, "wt") as file:
-            file.write(graph.to_json())
+        write_file(path, gzip.compress(graph.to_json().encode("utf-8")))
     with gzip.open(path, "rt") as file:
         return checkmate.Graph.from_json(file.read())
 

@@ -80,6 +80,29 @@ def test_the_allocator_holds_no_more_than_the_plan(device: str, budget: float, m
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_moves_to_host_memory_stay_within_the_plan_and_exact(device: str) -> None:
+    """A plan that moves values to host memory (offload_all, with a link given so that no measuring is needed): on
+    CUDA its copies run on side streams into pinned memory, which `max_memory_allocated` does not count; the step's
+    peak is at most the plan's and its gradients equal eager's (a copy is exact)."""
+    model, loss_fn, batch = _net(device, batch_size=BATCH, width=WIDTH, classes=CLASSES, dropout=0.0)
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="offload_all", cost_model="profile", measure_memory="never",
+        host_link=checkmate.LinkSpeeds(20e9, 20e9),
+    )  # fmt: skip
+    assert step.plan.moves.any
+    step(*batch)
+    for parameter in model.parameters():
+        parameter.grad = None
+    loss, measured = measured_call(step, batch)
+    assert measured <= step.plan.peak_memory, f"{device}: measured {measured}, planned {step.plan.peak_memory}"
+    expected = loss_fn(reference, *batch)
+    expected.backward()
+    torch.testing.assert_close(loss, expected.detach())
+    assert_same_state(model, reference, f"{device} with moves", exact=device == "cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_recomputed_dropout_draws_eager_s_masks(device: str) -> None:
     """A plan that recomputes every node, dropout included: each replay draws the first run's mask from the saved
     generator state, so loss and gradients are eager's under the same seed, and the generator ends where eager's
