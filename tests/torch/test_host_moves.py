@@ -17,6 +17,7 @@ from eager_oracle import compare_steps, train_three_steps
 
 import checkmate
 from checkmate import InvalidArgument, LinkSpeeds, zoo
+from checkmate.execute.codegen import SegmentCall
 from checkmate.execute.host_copies import (
     EndCopyIn,
     EndCopyOut,
@@ -91,6 +92,21 @@ def test_a_plan_that_recomputes_and_moves_runs_exactly() -> None:
     assert mixed.peak_memory < recomputing.peak_memory
     step.use_plan(mixed)
     compare_steps(step, reference, batch, seed=3, context="recomputes and moves")
+
+
+def test_the_inductor_executor_runs_moves_between_its_fused_calls() -> None:
+    """Compiled runs never cross a copy (the copies are placed first, `checkmate.execute.passes`): the step runs
+    fused calls and copies, within the plan's peak on the allocator, with eager's gradients to rounding."""
+    model, loss_fn, batch = zoo.mlp(batch_size=64, width=256, depth=4)
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="offload_all", executor="inductor", measure_memory="never",
+        host_link=FAST,
+    )  # fmt: skip
+    assert step.plan.moves.any
+    kinds = {type(item) for item in step.compiled.program.run_steps(step.compiled.schedule)}
+    assert {StartCopyOut, EndCopyOut, StartCopyIn, EndCopyIn} <= kinds and SegmentCall in kinds
+    compare_steps(step, reference, batch, seed=5, context="inductor with moves", exact=False)
 
 
 def test_host_budget_caps_what_moves() -> None:

@@ -64,6 +64,22 @@ def test_solve_plans_moves_to_host_memory_from_the_graph_file(
     assert f"moves:    {copies} outputs to host memory" in text and f"host peak {plan.host_peak} B" in text
 
 
+def test_solve_takes_the_link_as_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same chain without a link in its file, given one on the command line (10 bytes per unit of cost each way,
+    all beside compute): the plan moves; a host budget of 1 byte leaves only what fits there; half a link is refused."""
+    path = tmp_path / "plain.json"
+    path.write_text(linear_graph(6).to_json())
+    link = ["--to-host", "10", "--to-device", "10", "--link-overlap", "1"]
+    status, text, _ = run(["solve", str(path), "--budget", "5", "--method", "optimal", *link], capsys)
+    assert status == 0 and "outputs to host memory" in text
+    status, text, _ = run(
+        ["solve", str(path), "--budget", "5", "--method", "optimal", *link, "--host-budget", "1"], capsys
+    )
+    assert status == 0 and "host peak 1 B" in text
+    status, _, error = run(["solve", str(path), "--budget", "5", "--to-host", "10"], capsys)
+    assert status != 0 and "--to-device" in error
+
+
 def test_solve_reads_human_budgets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "big.json"
     path.write_text(linear_graph(4, memory=2**20).to_json())

@@ -90,7 +90,8 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
     last need before p (a gap (a, b) around p), and tries it moved: copied out where it is first made, held on past a
     while its copy out needs the compute of those stages (`HostLink.overlap` x compute), its copy back's buffer run
     started as many stages before b as its copy needs, both clear of p; the one that frees its bytes at p for the
-    least added time (bytes per added cost) is taken. Other gaps of a moved value stay held."""
+    least added time (bytes per added cost) is taken, among those the link's `host_memory` has room for. Other gaps of
+    a moved value stay held."""
     link = graph.host_link
     if link is None:
         raise MethodNotApplicable("moves to host memory need a graph with a host link")
@@ -109,7 +110,9 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
         moves = current.moves
         out, back, buffer = moves.copied_out(T), moves.copied_in(T), moves.buffers(T)
         best: tuple[float, Plan] | None = None
-        for i in np.flatnonzero(current.S[p] & ~needed[p] & (graph.memory > 0) & ~out.any(axis=0)).tolist():
+        room = np.inf if link.host_memory is None else link.host_memory - current.host_peak
+        candidates = current.S[p] & ~needed[p] & (graph.memory > 0) & (graph.memory <= room) & ~out.any(axis=0)
+        for i in np.flatnonzero(candidates).tolist():
             stages = np.flatnonzero(needed[:, i])
             before, after = stages[stages < p], stages[stages > p]
             if not before.size or not after.size:
