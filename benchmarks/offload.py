@@ -22,6 +22,16 @@ Methods per budget (a fraction of checkpoint_all's peak, fixed memory included):
 * `offload_only`: no recomputation, values moved cheapest per byte first until the budget holds;
 * `offload_all`: no recomputation, every long hold moved (budget-free: a row only where its peak fits).
 
+The peers' plans, each at its own peak (a budget of its own, where `recompute` and `joint` are planned too), as
+planning nodes held through the backward (`checkmate.strategies.held_start`: the others recomputed where the
+backward first reads them):
+* `per_block`: full checkpointing of every transformer block (torchtitan's `mode="full"`): the block inputs held, the
+  residual stream's values between blocks (found as the longest chain of adds, two per block);
+* `sac`: torchtitan's per-op selective checkpointing: each block checkpointed (its input held) with the outputs of
+  attention and of every other matrix product saved (`_save_list`, `mm` recomputed every second time);
+* `partitioner_0.5`: torch.compile's min-cut partitioner at `activation_memory_budget=0.5`.
+The graphs are captured again each run (about a minute for the largest): the peers need its fx graph.
+
     .venv/bin/python benchmarks/offload.py --time-limit 120 --out
     .venv/bin/python benchmarks/offload.py --from-json --markdown   # BENCHMARKS.md's table from the rows
 """
@@ -41,6 +51,8 @@ from typing import Any
 import checkmate
 from checkmate import LinkSpeeds
 from checkmate.files import write_file
+from checkmate.inductor.partitioner_start import backward_reads, held_nodes, saved_values
+from checkmate.strategies.held_start import HeldStart, held_start_plan
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
 GRAPHS = Path(__file__).parent / "graphs"
@@ -108,28 +120,71 @@ MODELS: dict[str, Callable[[], tuple[Any, Any, tuple[Any, ...]]]] = {
 }
 
 
-def graph_of(name: str) -> checkmate.Graph:
-    """The model's graph from `benchmarks/graphs/`, captured on fake tensors in bf16 when it is not there."""
-    path = GRAPHS / f"{name}_offload.json.gz"
-    if not path.exists():
-        import torch
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16)
-        try:
-            with FakeTensorMode():
-                model, loss_fn, batch = MODELS[name]()
-        finally:
-            torch.set_default_dtype(default)
-        graph = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=MAX_NODES).graph
-        write_file(path, gzip.compress(graph.to_json().encode("utf-8")))
-    with gzip.open(path, "rt") as file:
-        return checkmate.Graph.from_json(file.read())
+LAYERS = {"llama3_8b": 32, "llama32_1b": 16, "vit_large": 24}
 
 
-def _row(name: str, fraction: float, method: str, plan_or_error: Any, seconds: float) -> Row:
-    row: Row = {"name": name, "fraction": fraction, "method": method, "seconds": round(seconds, 2)}
+def captured_model(name: str) -> checkmate.Captured:
+    """The model's step captured on fake tensors in bf16; its graph is written to `benchmarks/graphs/`."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with FakeTensorMode():
+            model, loss_fn, batch = MODELS[name]()
+    finally:
+        torch.set_default_dtype(default)
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=MAX_NODES)
+    write_file(GRAPHS / f"{name}_offload.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
+    return captured
+
+
+def peer_starts(captured: checkmate.Captured, layers: int) -> dict[str, HeldStart]:
+    """The peers' saved sets as held planning nodes (module doc)."""
+    import torch
+
+    reads = backward_reads(captured)
+    forward = [
+        node
+        for node in captured.module.graph.nodes
+        if node.op == "call_function" and not captured.graph.is_backward[captured.node_of[node.name]]
+    ]
+    chain = _residual_chain(forward)[-2 * layers :]
+    first = next(
+        argument for argument in chain[0].args if isinstance(argument, torch.fx.Node) and argument not in chain
+    )
+    block_inputs = frozenset([first.name, *(node.name for node in chain[1::2])])
+    saved: set[str] = set()
+    products = 0
+    for node in forward:
+        if node.target == torch.ops.aten.mm.default:
+            products += 1
+            if products % 2 == 1:
+                saved.add(node.name)
+        elif "scaled_dot_product" in str(node.target):
+            saved |= {node.name, *(user.name for user in node.users)}
+    return {
+        "per_block": HeldStart("per_block", held_nodes(captured, reads, block_inputs)),
+        "sac": HeldStart("sac", held_nodes(captured, reads, block_inputs | saved)),
+        "partitioner_0.5": HeldStart("partitioner_0.5", held_nodes(captured, reads, saved_values(captured, 0.5))),
+    }
+
+
+def _residual_chain(forward: list[Any]) -> list[Any]:
+    """The longest chain of tensor adds in which each reads the one before: the residual stream."""
+    import torch
+
+    adds = [node for node in forward if node.target == torch.ops.aten.add.Tensor]
+    longest: dict[Any, list[Any]] = {}
+    for node in adds:
+        before = [longest[argument] for argument in node.args if argument in longest]
+        longest[node] = [*max(before, key=len, default=[]), node]
+    return max(longest.values(), key=len)
+
+
+def _row(name: str, budget: str, fraction: float, method: str, plan_or_error: Any, seconds: float) -> Row:
+    row: Row = {"name": name, "budget": budget, "fraction": fraction, "method": method, "seconds": round(seconds, 2)}
     if isinstance(plan_or_error, Exception):
         return {**row, "status": type(plan_or_error).__name__}
     plan: checkmate.Plan = plan_or_error
@@ -157,27 +212,32 @@ def _solve(graph: checkmate.Graph, budget: int, method: str, time_limit: float) 
 
 def measure(arguments: argparse.Namespace) -> Iterator[Row]:
     for name in arguments.models:
-        graph = graph_of(name)
+        captured = captured_model(name)
+        graph = captured.graph
         linked = dataclasses.replace(graph, host_link=H100.priced(FLOPS_PER_SECOND, None))
         kept = checkmate.solve(graph, None, method="checkpoint_all")
-        everything = checkmate.solve(linked, None, method="offload_all")
+        fixed: dict[str, checkmate.Plan] = {
+            "checkpoint_all": kept,
+            "offload_all": checkmate.solve(linked, None, method="offload_all"),
+        }
+        for label, start in peer_starts(captured, LAYERS[name]).items():
+            fixed[label] = held_start_plan(graph, start, method=label)
         print(f"{name}: {graph.size} nodes, fixed {graph.fixed_memory / GIB:.2f} GiB", file=sys.stderr)
-        for fraction in arguments.fractions:
-            budget = int(fraction * kept.peak_memory)
-            yield _row(name, fraction, "checkpoint_all", kept if kept.peak_memory <= budget else _over(budget), 0.0)
-            yield _row(
-                name, fraction, "offload_all", everything if everything.peak_memory <= budget else _over(budget), 0.0
-            )
+        budgets = [(f"{fraction:.0%}", int(fraction * kept.peak_memory)) for fraction in arguments.fractions]
+        budgets += [(f"{label}'s peak", fixed[label].peak_memory) for label in PEERS]
+        for label, budget in budgets:
+            fraction = budget / kept.peak_memory
+            for method, plan in fixed.items():
+                yield _row(name, label, fraction, method, plan if plan.peak_memory <= budget else _over(budget), 0.0)
             for method, on, solver in (
                 ("recompute", graph, "optimal"),
                 ("offload_only", linked, "offload_only"),
                 ("joint", linked, "optimal"),
             ):
-                plan, seconds = _solve(on, budget, solver, arguments.time_limit)
-                yield _row(name, fraction, method, plan, seconds)
-                print(
-                    f"  {fraction:.2f} {method}: {_cell(_row(name, fraction, method, plan, seconds))}", file=sys.stderr
-                )
+                found, seconds = _solve(on, budget, solver, arguments.time_limit)
+                row = _row(name, label, fraction, method, found, seconds)
+                print(f"  {label} ({fraction:.0%}) {method}: {_cell(row)}", file=sys.stderr)
+                yield row
 
 
 def _over(budget: int) -> checkmate.InfeasibleBudget:
@@ -193,21 +253,22 @@ def _cell(row: Row) -> str:
     return text
 
 
-METHODS = ("checkpoint_all", "recompute", "offload_only", "offload_all", "joint")
+PEERS = ("per_block", "sac", "partitioner_0.5")
+METHODS = ("checkpoint_all", *PEERS, "recompute", "offload_only", "offload_all", "joint")
 
 
 def render(stored: Stored) -> str:
-    by_key = {(row["name"], row["fraction"], row["method"]): row for row in stored.rows}
+    by_key = {(row["name"], row["budget"], row["method"]): row for row in stored.rows}
     lines = []
-    for name, fraction in dict.fromkeys((row["name"], row["fraction"]) for row in stored.rows):
-        cells = [_cell(by_key.get((name, fraction, method), {})) for method in METHODS]
-        recompute, joint = by_key.get((name, fraction, "recompute"), {}), by_key.get((name, fraction, "joint"), {})
-        ratio = "–"
-        if "step_seconds" in recompute and "step_seconds" in joint:
-            ratio = f"{joint['step_seconds'] / recompute['step_seconds']:.3f}"
+    for name, budget in dict.fromkeys((row["name"], row["budget"]) for row in stored.rows):
+        rows = [by_key.get((name, budget, method), {}) for method in METHODS]
+        fraction = next(row["fraction"] for row in rows if row)
+        joint = by_key.get((name, budget, "joint"), {})
+        others = [row["step_seconds"] for row in rows[:-1] if "step_seconds" in row]
+        best = f"{joint['step_seconds'] / min(others):.3f}" if others and "step_seconds" in joint else "–"
         gap = "–" if joint.get("gap") is None else f"{joint['gap']:.1%}"
-        lines.append([name, f"{fraction:.0%}", *cells, ratio, gap, str(joint.get("seconds", "–"))])
-    header = ["model", "budget", *METHODS, "joint / recompute", "joint gap", "joint s"]
+        lines.append([name, f"{budget} ({fraction:.0%})", *map(_cell, rows), best, gap, str(joint.get("seconds", "–"))])
+    header = ["model", "budget", *METHODS, "joint / best other", "joint gap", "joint s"]
     return markdown_table(header, lines)
 
 
