@@ -104,6 +104,24 @@ def _resnet_below_its_peak() -> None:
     _train(step, reference, make_batch)
 
 
+def _resnet_moving_values_to_host_memory() -> None:
+    """Moves to host memory beside DDP's gradient buckets: every long hold copied out and back (offload_all), the
+    copies run on their worker threads while the buckets' all-reduces start."""
+    model, loss_fn, (images, labels) = zoo.resnet(4, image_size=16, width=8, blocks=(1, 1))
+    reference = DistributedDataParallel(copy.deepcopy(model))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)
+
+    def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(100 * number + dist.get_rank())
+        return torch.randn(images.shape, generator=generator), torch.randint(0, 10, labels.shape, generator=generator)
+
+    link = checkmate.LinkSpeeds(1e12, 1e12)
+    options: dict[str, Any] = {"cost_model": "profile", "cache": False, "measure_memory": "never", "host_link": link}
+    step = checkmate.compile(ddp, loss_fn, make_batch(0), budget=1.0, method="offload_all", **options)
+    assert isinstance(step.distribution, DataParallel) and step.plan.moves.any
+    _train(step, reference, make_batch)
+
+
 def _unused_and_ignored_parameters() -> None:
     torch.manual_seed(0)
     model = UnusedHead()
@@ -175,6 +193,7 @@ def _worker(rank: int, init_file: str) -> None:
     )
     try:
         _resnet_below_its_peak()
+        _resnet_moving_values_to_host_memory()
         _unused_and_ignored_parameters()
         _refuses_bucket_views()
         _failing_rank_stops_the_others()
@@ -184,10 +203,9 @@ def _worker(rank: int, init_file: str) -> None:
 
 @pytest.mark.slow
 def test_matches_eager_ddp_on_two_ranks(tmp_path: Path) -> None:
-    """ResNet with BatchNorm at 80 % of its peak with several buckets; unused, ignored and frozen parameters, and
-    batches of another size on each rank; gradient_as_bucket_view refused; a rank failing to plan stops the other at
-    once. Each check runs on both ranks; a failure
-    on either fails the test."""
+    """ResNet with BatchNorm at 80 % of its peak with several buckets, and moving values to host memory; unused,
+    ignored and frozen parameters, and batches of another size on each rank; gradient_as_bucket_view refused; a rank
+    failing to plan stops the other at once. Each check runs on both ranks; a failure on either fails the test."""
     mp.spawn(_worker, args=(str(tmp_path / "rendezvous"),), nprocs=WORLD_SIZE, join=True)
 
 
