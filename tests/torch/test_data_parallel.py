@@ -86,14 +86,20 @@ def _train(step: CompiledStep, reference: DistributedDataParallel, make_batch: C
     one_step(5)
 
 
-def _resnet_below_its_peak() -> None:
+def _resnet_on_ranks() -> tuple[DistributedDataParallel, Any, DistributedDataParallel, Callable[[int], Any]]:
+    """A small ResNet in DDP with small buckets, its eager DDP copy, and each step's batch on this rank."""
     model, loss_fn, (images, labels) = zoo.resnet(4, image_size=16, width=8, blocks=(1, 1))
     reference = DistributedDataParallel(copy.deepcopy(model))
-    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)
 
     def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
         generator = torch.Generator().manual_seed(100 * number + dist.get_rank())
         return torch.randn(images.shape, generator=generator), torch.randint(0, 10, labels.shape, generator=generator)
+
+    return DistributedDataParallel(model, bucket_cap_mb=0.01), loss_fn, reference, make_batch
+
+
+def _resnet_below_its_peak() -> None:
+    ddp, loss_fn, reference, make_batch = _resnet_on_ranks()
 
     options: dict[str, Any] = {"cost_model": "profile", "cache": False, "measure_memory": "never"}
     step = checkmate.compile(ddp, loss_fn, make_batch(0), budget=0.8, method="chen_greedy", **options)
@@ -107,13 +113,7 @@ def _resnet_below_its_peak() -> None:
 def _resnet_moving_values_to_host_memory() -> None:
     """Moves to host memory beside DDP's gradient buckets: every long hold copied out and back (offload_all), the
     copies run on their worker threads while the buckets' all-reduces start."""
-    model, loss_fn, (images, labels) = zoo.resnet(4, image_size=16, width=8, blocks=(1, 1))
-    reference = DistributedDataParallel(copy.deepcopy(model))
-    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)
-
-    def make_batch(number: int) -> tuple[torch.Tensor, torch.Tensor]:
-        generator = torch.Generator().manual_seed(100 * number + dist.get_rank())
-        return torch.randn(images.shape, generator=generator), torch.randint(0, 10, labels.shape, generator=generator)
+    ddp, loss_fn, reference, make_batch = _resnet_on_ranks()
 
     link = checkmate.LinkSpeeds(1e12, 1e12)
     options: dict[str, Any] = {"cost_model": "profile", "cache": False, "measure_memory": "never", "host_link": link}

@@ -47,39 +47,28 @@ from checkmate.simulate import Compute, Free
 
 
 @dataclass(frozen=True)
-class StartCopyOut:
+class CopyStep:
+    """A step of a copy of node `node`'s values, for the plan's move in stage `stage`, run by `copier`."""
+
+    node: int
+    stage: int
+    copier: HostCopier = field(compare=False, repr=False)
+
+
+class StartCopyOut(CopyStep):
     """Start copying node `node`'s live copy to host memory (the plan's copy_out[stage, node])."""
 
-    node: int
-    stage: int
-    copier: HostCopier = field(compare=False, repr=False)
 
-
-@dataclass(frozen=True)
-class EndCopyOut:
+class EndCopyOut(CopyStep):
     """Wait until node `node`'s copy out (of stage `stage`) is complete."""
 
-    node: int
-    stage: int
-    copier: HostCopier = field(compare=False, repr=False)
 
-
-@dataclass(frozen=True)
-class StartCopyIn:
+class StartCopyIn(CopyStep):
     """Allocate node `node`'s storages on the device and start copying its host copy back for stage `stage`."""
 
-    node: int
-    stage: int
-    copier: HostCopier = field(compare=False, repr=False)
 
-
-@dataclass(frozen=True)
-class EndCopyIn:
+class EndCopyIn(CopyStep):
     """Wait for node `node`'s copy back for stage `stage`; its values become a live copy."""
-
-    node: int
-    stage: int
-    copier: HostCopier = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
