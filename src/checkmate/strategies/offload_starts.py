@@ -28,6 +28,9 @@ from checkmate.strategies.registry import call_strategy
 log = logging.getLogger(__name__)
 
 RUNGS = (1.0, 1.02, 1.05, 1.1, 1.2)
+# The first rung, the recomputing optimum within the budget itself, takes this share of the starts' time: it is the
+# plan the search would return without the link, and the joint plan must not cost more than it.
+FIRST_RUNG_SHARE = 0.6
 
 
 def moved_starts(graph: Graph, budget: int, control: SearchControl, *, method: str) -> Plan | None:
@@ -42,7 +45,8 @@ def moved_starts(graph: Graph, budget: int, control: SearchControl, *, method: s
     for number, looser in enumerate(rungs):
         if control.stopped:
             break
-        phase = control.child(control.share(1.0 / (len(rungs) - number)), reports=False)
+        share = FIRST_RUNG_SHARE if number == 0 else 1.0 / (len(rungs) - number)
+        phase = control.child(control.share(share), reports=False)
         try:
             kept = call_strategy("optimal", plain, looser, {"control": phase})
         except InfeasibleBudget:
