@@ -75,6 +75,8 @@ def test_a_plan_that_moves_runs_exactly_within_its_peak(name: str) -> None:
     assert plan.peak_memory <= budget < 0.7 * step.compiled.no_remat.peak_memory
     train_three_steps(step, reference, batch, f"{name} with moves")
     assert 0 < _host_bytes(step) <= plan.host_peak <= 64 << 20
+    copier = _copier(step)
+    assert not copier.outbound and not copier.inbound, "a step keeps no device value past its end"
 
 
 def test_a_plan_that_recomputes_and_moves_runs_exactly() -> None:

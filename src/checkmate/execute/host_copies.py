@@ -67,8 +67,13 @@ class StartCopyIn(CopyStep):
     """Allocate node `node`'s storages on the device and start copying its host copy back for stage `stage`."""
 
 
+@dataclass(frozen=True)
 class EndCopyIn(CopyStep):
-    """Wait for node `node`'s copy back for stage `stage`; its values become a live copy."""
+    """Wait for node `node`'s copy back for stage `stage`; its values become a live copy. The `last` copy back of
+    the step lets go of the node's copy out (the values it kept by reference, not its host copies, which stay for the
+    next step)."""
+
+    last: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,12 @@ def placed_copies(
     computed = {(step.node, step.stage) for step in steps if isinstance(step, Compute)}
     before: dict[int, list[ScheduleItem]] = {}
     starting_runs = buffered & ~np.vstack([np.zeros((1, T), dtype=bool), buffered[:-1]])
+    last_copy_in = T - 1 - np.argmax(copy_in[::-1], axis=0)
     for t in range(T):  # a stage's copies back end, then the runs of buffers start, then held values' copies out
         start = first_of_stage[t]
-        before.setdefault(start, []).extend(EndCopyIn(int(i), t, copier) for i in np.flatnonzero(copy_in[t]))
+        before.setdefault(start, []).extend(
+            EndCopyIn(i, t, copier, last=t == last_copy_in[i]) for i in np.flatnonzero(copy_in[t]).tolist()
+        )
         for i in np.flatnonzero(starting_runs[t]).tolist():
             ends = np.flatnonzero(copy_in[t + 1 :, i])
             if not ends.size:
@@ -162,7 +170,7 @@ def _(step: StartCopyIn, writer: StepWriter) -> None:
 @emit_step.register(EndCopyIn)
 def _(step: EndCopyIn, writer: StepWriter) -> None:
     writer.emit(f"{BODY}# EndCopyIn({step.node}, {step.stage})")
-    writer.arrive(step.node, f"{writer.bind(step.copier.end_copy_in, 'f')}({step.node}, {step.stage})")
+    writer.arrive(step.node, f"{writer.bind(step.copier.end_copy_in, 'f')}({step.node}, {step.stage}, {step.last})")
 
 
 @dataclass(frozen=True)
@@ -260,9 +268,12 @@ class HostCopier:
             _lanes().to_device.submit(_cpu_copy_in(outbound, list(buffers), pending))
         self.inbound[(node, stage)] = (outbound, buffers, pending)
 
-    def end_copy_in(self, node: int, stage: int) -> tuple[Any, ...]:
-        """Wait for node `node`'s copy back for `stage`, and return its values, rebuilt on the new storages."""
+    def end_copy_in(self, node: int, stage: int, last: bool = False) -> tuple[Any, ...]:
+        """Wait for node `node`'s copy back for `stage`, and return its values, rebuilt on the new storages; the
+        `last` copy back of the step lets go of the copy out."""
         outbound, buffers, pending = self.inbound.pop((node, stage))
+        if last:
+            del self.outbound[node]
         _wait(pending, outbound.device)
         values = tuple(
             layout.value
