@@ -4,7 +4,7 @@ and run beside the compute (`checkmate.moved` says what the moves mean for memor
 The schedule pass `HostMoves` (order PLACE, in every Program) reads `Schedule.moves` and places four kinds of step:
 
 * `StartCopyOut(i, t)`, where `copy_out[t, i]`: right after `Compute(i, t)`, or at the start of stage t when node i
-  is held there; it starts copying node i's exported values to host memory.
+  is held there; it starts copying node i's exported values to host memory (unless the plan never copies them back).
 * `EndCopyOut(i, t)`: before the first `Free` of node i after it (the simulator frees a value being copied out at the
   end of its stage at the earliest), so the device value lives until its copy is complete, as the plan counts it.
 * `StartCopyIn(i, t)`, where `copy_in[t, i]`: at the start of the first stage of its buffer's run (`buffered`, the
@@ -101,6 +101,7 @@ def placed_copies(
     """`steps` with the copies of `copy_out`, `copy_in` and their `buffered` runs (bool[T, T] each) placed among them
     (module doc)."""
     T = copy_out.shape[0]
+    copy_out = copy_out & copy_in.any(axis=0)[None, :]  # a copy never copied back is not made
     stage_of = [step.stage if isinstance(step, Compute | Free) else None for step in steps]
     first_of_stage: dict[int, int] = {}
     for position, stage in enumerate(stage_of):
