@@ -101,7 +101,7 @@ def placed_copies(
     """`steps` with the copies of `copy_out`, `copy_in` and their `buffered` runs (bool[T, T] each) placed among them
     (module doc)."""
     T = copy_out.shape[0]
-    copy_out = copy_out & copy_in.any(axis=0)[None, :]  # a copy never copied back is not made
+    copy_out = np.logical_and(copy_out, copy_in.any(axis=0, keepdims=True))  # never copied back: not copied
     stage_of = [step.stage if isinstance(step, Compute | Free) else None for step in steps]
     first_of_stage: dict[int, int] = {}
     for position, stage in enumerate(stage_of):
