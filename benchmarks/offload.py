@@ -22,15 +22,16 @@ Methods per budget (a fraction of checkpoint_all's peak, fixed memory included):
 * `offload_only`: no recomputation, values moved cheapest per byte first until the budget holds;
 * `offload_all`: no recomputation, every long hold moved (budget-free: a row only where its peak fits).
 
-The peers' plans, each at its own peak (a budget of its own, where `recompute` and `joint` are planned too), as
-planning nodes held through the backward (`checkmate.strategies.held_start`: the others recomputed where the
-backward first reads them):
+The peers' plans, on the op-level graph (capture without `max_nodes`, where each op is a node and a saved set is
+exact), each at its own peak (a budget of its own, where `recompute` and `joint` are planned too on the 200-node
+graph: the same ops, costs and sizes, merged), as planning nodes held through the backward
+(`checkmate.strategies.held_start`: the others recomputed where the backward first reads them):
 * `per_block`: full checkpointing of every transformer block (torchtitan's `mode="full"`): the block inputs held, the
   residual stream's values between blocks (found as the longest chain of adds, two per block);
 * `sac`: torchtitan's per-op selective checkpointing: each block checkpointed (its input held) with the outputs of
   attention and of every other matrix product saved (`_save_list`, `mm` recomputed every second time);
 * `partitioner_0.5`: torch.compile's min-cut partitioner at `activation_memory_budget=0.5`.
-The graphs are captured again each run (about a minute for the largest): the peers need its fx graph.
+The graphs are captured again each run (a few minutes for the largest): the peers need the fx graph.
 
     .venv/bin/python benchmarks/offload.py --time-limit 120 --out
     .venv/bin/python benchmarks/offload.py --from-json --markdown   # BENCHMARKS.md's table from the rows
@@ -123,8 +124,9 @@ MODELS: dict[str, Callable[[], tuple[Any, Any, tuple[Any, ...]]]] = {
 LAYERS = {"llama3_8b": 32, "llama32_1b": 16, "vit_large": 24}
 
 
-def captured_model(name: str) -> checkmate.Captured:
-    """The model's step captured on fake tensors in bf16; its graph is written to `benchmarks/graphs/`."""
+def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
+    """The model's step captured on fake tensors in bf16 (with `max_nodes`: its graph is also written to
+    `benchmarks/graphs/`)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -135,8 +137,9 @@ def captured_model(name: str) -> checkmate.Captured:
             model, loss_fn, batch = MODELS[name]()
     finally:
         torch.set_default_dtype(default)
-    captured = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=MAX_NODES)
-    write_file(GRAPHS / f"{name}_offload.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=max_nodes)
+    if max_nodes is not None:
+        write_file(GRAPHS / f"{name}_offload.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
     return captured
 
 
@@ -212,17 +215,18 @@ def _solve(graph: checkmate.Graph, budget: int, method: str, time_limit: float) 
 
 def measure(arguments: argparse.Namespace) -> Iterator[Row]:
     for name in arguments.models:
-        captured = captured_model(name)
-        graph = captured.graph
+        graph = captured_model(name, MAX_NODES).graph
+        op_level = captured_model(name, None)
         linked = dataclasses.replace(graph, host_link=H100.priced(FLOPS_PER_SECOND, None))
         kept = checkmate.solve(graph, None, method="checkpoint_all")
         fixed: dict[str, checkmate.Plan] = {
             "checkpoint_all": kept,
             "offload_all": checkmate.solve(linked, None, method="offload_all"),
         }
-        for label, start in peer_starts(captured, LAYERS[name]).items():
-            fixed[label] = held_start_plan(graph, start, method=label)
-        print(f"{name}: {graph.size} nodes, fixed {graph.fixed_memory / GIB:.2f} GiB", file=sys.stderr)
+        for label, start in peer_starts(op_level, LAYERS[name]).items():
+            fixed[label] = held_start_plan(op_level.graph, start, method=label)
+        print(f"{name}: {graph.size} nodes ({op_level.graph.size} op-level), fixed {graph.fixed_memory / GIB:.2f} GiB",
+              file=sys.stderr)  # fmt: skip
         budgets = [(f"{fraction:.0%}", int(fraction * kept.peak_memory)) for fraction in arguments.fractions]
         budgets += [(f"{label}'s peak", fixed[label].peak_memory) for label in PEERS]
         for label, budget in budgets:
