@@ -22,15 +22,15 @@ Methods per budget (a fraction of checkpoint_all's peak, fixed memory included):
 * `offload_only`: no recomputation, values moved cheapest per byte first until the budget holds;
 * `offload_all`: no recomputation, every long hold moved (budget-free: a row only where its peak fits).
 
-The peers' plans, on the op-level graph (capture without `max_nodes`, where each op is a node and a saved set is
-exact), each at its own peak (a budget of its own, where `recompute` and `joint` are planned too on the 200-node
-graph: the same ops, costs and sizes, merged), as planning nodes held through the backward
-(`checkmate.strategies.held_start`: the others recomputed where the backward first reads them):
-* `per_block`: full checkpointing of every transformer block (torchtitan's `mode="full"`): the block inputs held, the
-  residual stream's values between blocks (found as the longest chain of adds, two per block);
-* `sac`: torchtitan's per-op selective checkpointing: each block checkpointed (its input held) with the outputs of
-  attention and of every other matrix product saved (`_save_list`, `mm` recomputed every second time);
-* `partitioner_0.5`: torch.compile's min-cut partitioner at `activation_memory_budget=0.5`.
+The peers' plans, on the op-level graph (capture without `max_nodes`, where each op is a node), each at its own peak
+(a budget of its own, where `recompute` and `joint` are planned too, on the 200-node graph: the same ops, costs and
+sizes, merged). Each checkpoints every transformer block as `torch.utils.checkpoint` does: the block's kept nodes held,
+the others held while the forward reads them and computed again, all at once, in the first backward stage that reads
+the block, then held until their last use; the blocks are found as the residual stream (the longest chain of adds,
+two per block):
+* `per_block`: full checkpointing (torchtitan's `mode="full"`): only the block inputs kept;
+* `sac`: torchtitan's per-op selective checkpointing: the block inputs, and the outputs of attention and of every
+  other matrix product kept (`_save_list`, `mm` recomputed every second time).
 The graphs are captured again each run (a few minutes for the largest): the peers need the fx graph.
 
     .venv/bin/python benchmarks/offload.py --time-limit 120 --out
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import itertools
 import logging
 import sys
 import time
@@ -49,11 +50,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import checkmate
 from checkmate import LinkSpeeds
 from checkmate.files import write_file
-from checkmate.inductor.partitioner_start import backward_reads, held_nodes, saved_values
-from checkmate.strategies.held_start import HeldStart, held_start_plan
+from checkmate.strategies.common import plan_from_s
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
 GRAPHS = Path(__file__).parent / "graphs"
@@ -143,35 +145,64 @@ def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
     return captured
 
 
-def peer_starts(captured: checkmate.Captured, layers: int) -> dict[str, HeldStart]:
-    """The peers' saved sets as held planning nodes (module doc)."""
+def peer_plans(captured: checkmate.Captured, layers: int) -> dict[str, checkmate.Plan]:
+    """The peers' plans on the captured graph (module doc)."""
     import torch
 
-    reads = backward_reads(captured)
-    forward = [
-        node
-        for node in captured.module.graph.nodes
-        if node.op == "call_function" and not captured.graph.is_backward[captured.node_of[node.name]]
-    ]
+    graph, node_of = captured.graph, captured.node_of
+    calls = [node for node in captured.module.graph.nodes if node.op == "call_function"]
+    forward = [node for node in calls if not graph.is_backward[node_of[node.name]]]
     chain = _residual_chain(forward)[-2 * layers :]
-    first = next(
-        argument for argument in chain[0].args if isinstance(argument, torch.fx.Node) and argument not in chain
-    )
-    block_inputs = frozenset([first.name, *(node.name for node in chain[1::2])])
-    saved: set[str] = set()
+    order = {node: position for position, node in enumerate(captured.module.graph.nodes)}
+    residual = [argument for argument in chain[0].args if isinstance(argument, torch.fx.Node)]
+    first = min(residual, key=order.__getitem__)  # the stream before the first block: made before its branch
+    boundaries = [node_of[first.name], *(node_of[node.name] for node in chain[1::2])]
+    saved: set[int] = set()
     products = 0
     for node in forward:
         if node.target == torch.ops.aten.mm.default:
             products += 1
             if products % 2 == 1:
-                saved.add(node.name)
+                saved.add(node_of[node.name])
         elif "scaled_dot_product" in str(node.target):
-            saved |= {node.name, *(user.name for user in node.users)}
+            saved |= {node_of[node.name], *(node_of[user.name] for user in node.users)}
     return {
-        "per_block": HeldStart("per_block", held_nodes(captured, reads, block_inputs)),
-        "sac": HeldStart("sac", held_nodes(captured, reads, block_inputs | saved)),
-        "partitioner_0.5": HeldStart("partitioner_0.5", held_nodes(captured, reads, saved_values(captured, 0.5))),
+        "per_block": _blocks_recomputed(graph, boundaries, set(boundaries), "per_block"),
+        "sac": _blocks_recomputed(graph, boundaries, set(boundaries) | saved, "sac"),
     }
+
+
+def _blocks_recomputed(graph: checkmate.Graph, boundaries: list[int], held: set[int], method: str) -> checkmate.Plan:
+    """Each block (the forward nodes from one boundary to the next) checkpointed: its `held` nodes kept, the others
+    kept while the forward reads them and computed again, all at once, in the first backward stage that reads any
+    node of the block (as `torch.utils.checkpoint` reruns a block's forward), then kept until their last use. Nodes
+    outside the blocks are kept."""
+    T = graph.size
+    is_backward = graph.is_backward
+    users = graph.users
+    first_backward = [min((user for user in users[node] if is_backward[user]), default=T) for node in range(T)]
+    block_of = np.full(T, -1)
+    for number, (start, stop) in enumerate(itertools.pairwise(boundaries)):
+        block_of[start + 1 : stop + 1] = number  # a block's input is the one before it; its output is its last node
+    rerun = {
+        number: min(first_backward[node] for node in np.flatnonzero(block_of == number))
+        for number in range(len(boundaries) - 1)
+    }
+    S = np.zeros((T, T), dtype=bool)
+    for node in range(T):
+        if not users[node]:
+            continue
+        last = users[node][-1]
+        if is_backward[node] or node in held or block_of[node] < 0:
+            S[node + 1 : last + 1, node] = True
+            continue
+        forward_users = [user for user in users[node] if not is_backward[user]]
+        if forward_users:
+            S[node + 1 : forward_users[-1] + 1, node] = True
+        stage = rerun[int(block_of[node])]
+        if stage < last:
+            S[stage + 1 : last + 1, node] = True
+    return plan_from_s(graph, S, method=method)
 
 
 def _residual_chain(forward: list[Any]) -> list[Any]:
@@ -223,8 +254,7 @@ def measure(arguments: argparse.Namespace) -> Iterator[Row]:
             "checkpoint_all": kept,
             "offload_all": checkmate.solve(linked, None, method="offload_all"),
         }
-        for label, start in peer_starts(op_level, LAYERS[name]).items():
-            fixed[label] = held_start_plan(op_level.graph, start, method=label)
+        fixed |= peer_plans(op_level, LAYERS[name])
         print(f"{name}: {graph.size} nodes ({op_level.graph.size} op-level), fixed {graph.fixed_memory / GIB:.2f} GiB",
               file=sys.stderr)  # fmt: skip
         budgets = [(f"{fraction:.0%}", int(fraction * kept.peak_memory)) for fraction in arguments.fractions]
@@ -257,7 +287,7 @@ def _cell(row: Row) -> str:
     return text
 
 
-PEERS = ("per_block", "sac", "partitioner_0.5")
+PEERS = ("per_block", "sac")
 METHODS = ("checkpoint_all", *PEERS, "recompute", "offload_only", "offload_all", "joint")
 
 
