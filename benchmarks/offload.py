@@ -175,8 +175,9 @@ def peer_plans(captured: checkmate.Captured, layers: int) -> dict[str, checkmate
 def _blocks_recomputed(graph: checkmate.Graph, boundaries: list[int], held: set[int], method: str) -> checkmate.Plan:
     """Each block (the forward nodes from one boundary to the next) checkpointed: its `held` nodes kept, the others
     kept while the forward reads them and computed again, all at once, in the first backward stage that reads any
-    node of the block (as `torch.utils.checkpoint` reruns a block's forward), then kept until their last use. Nodes
-    outside the blocks are kept."""
+    node of the block (as `torch.utils.checkpoint` reruns a block's forward), then kept until their last use; what
+    the rerun reads from outside the block or from its kept nodes is kept until the rerun (the checkpoint's saved
+    inputs). Nodes outside the blocks are kept."""
     T = graph.size
     is_backward = graph.is_backward
     users = graph.users
@@ -202,6 +203,9 @@ def _blocks_recomputed(graph: checkmate.Graph, boundaries: list[int], held: set[
         stage = rerun[int(block_of[node])]
         if stage < last:
             S[stage + 1 : last + 1, node] = True
+        for source in graph.predecessors[node]:  # the block's inputs from elsewhere, saved for its rerun
+            if block_of[source] != block_of[node] or source in held:
+                S[source + 1 : stage + 1, source] = True
     return plan_from_s(graph, S, method=method)
 
 
