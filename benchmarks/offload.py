@@ -4,7 +4,7 @@ recomputation down.
 
 Graphs are captured on fake tensors (no memory: `transformers` models from configs, bf16, random weights never
 made) with the flops cost model and `max_nodes=200` (capture merges cheap neighbours; the MILP and the starts of the
-joint search run on 200 nodes), and kept in `benchmarks/graphs/`:
+joint search run on 200 nodes), and kept in `benchmarks/graphs/offload/`:
 
 * `llama3_8b`: Llama-3-8B's shape (32 layers, hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocab 128256), one
   sequence of 2048 tokens;
@@ -58,7 +58,7 @@ from checkmate.files import write_file
 from checkmate.strategies.common import plan_from_s
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 
-GRAPHS = Path(__file__).parent / "graphs"
+GRAPHS = Path(__file__).parent / "graphs" / "offload"  # apart from the graph set of `large_graphs.py`
 FLOPS_PER_SECOND = 6e14
 H100 = LinkSpeeds(to_host=55e9, to_device=55e9, latency=10e-6, overlap=1.0)
 MAX_NODES = 200
@@ -128,7 +128,7 @@ LAYERS = {"llama3_8b": 32, "llama32_1b": 16, "vit_large": 24}
 
 def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
     """The model's step captured on fake tensors in bf16 (with `max_nodes`: its graph is also written to
-    `benchmarks/graphs/`)."""
+    `benchmarks/graphs/offload/`)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -141,7 +141,7 @@ def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
         torch.set_default_dtype(default)
     captured = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=max_nodes)
     if max_nodes is not None:
-        write_file(GRAPHS / f"{name}_offload.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
+        write_file(GRAPHS / f"{name}.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
     return captured
 
 
