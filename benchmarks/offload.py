@@ -33,7 +33,8 @@ two per block):
   other matrix product kept (`_save_list`, `mm` recomputed every second time).
 The graphs are captured again each run (a few minutes for the largest): the peers need the fx graph.
 
-    .venv/bin/python benchmarks/offload.py --time-limit 120 --out
+    .venv/bin/python benchmarks/offload.py --time-limit 60 --fractions 0.9 0.8 --out
+    .venv/bin/python benchmarks/offload.py --models llama3_8b --time-limit 60 --fractions 0.9 0.8 --out --merge
     .venv/bin/python benchmarks/offload.py --from-json --markdown   # BENCHMARKS.md's table from the rows
 """
 
@@ -316,7 +317,7 @@ def main() -> None:
     parser.add_argument("--fractions", nargs="+", type=float, default=list(FRACTIONS))
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds for each optimal solve")
     parser.add_argument("--markdown", action="store_true", help="accepted for symmetry: the table is markdown")
-    add_row_arguments(parser)
+    add_row_arguments(parser, merge_key="name")
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     measure_or_load(arguments, "offload", lambda: measure(arguments), render)

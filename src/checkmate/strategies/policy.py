@@ -61,7 +61,7 @@ class SearchPolicy:
     retention_share: float = 0.3
     retention_minimum: float = 1.0
     closure_share: float = 0.5
-    moved_starts_share: float = 0.8
+    moved_starts_share: float = 0.9
     rounding_share: float = 0.8
     held_share: float = 0.4
     relaxation_share: float = 0.8
