@@ -223,7 +223,14 @@ def _residual_chain(forward: list[Any]) -> list[Any]:
 
 
 def _row(name: str, budget: str, fraction: float, method: str, plan_or_error: Any, seconds: float) -> Row:
-    row: Row = {"name": name, "budget": budget, "fraction": fraction, "method": method, "seconds": round(seconds, 2)}
+    row: Row = {
+        "row": f"{name} | {budget} | {method}",
+        "name": name,
+        "budget": budget,
+        "fraction": fraction,
+        "method": method,
+        "seconds": round(seconds, 2),
+    }
     if isinstance(plan_or_error, Exception):
         return {**row, "status": type(plan_or_error).__name__}
     plan: checkmate.Plan = plan_or_error
@@ -317,7 +324,7 @@ def main() -> None:
     parser.add_argument("--fractions", nargs="+", type=float, default=list(FRACTIONS))
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds for each optimal solve")
     parser.add_argument("--markdown", action="store_true", help="accepted for symmetry: the table is markdown")
-    add_row_arguments(parser, merge_key="name")
+    add_row_arguments(parser, merge_key="row")
     arguments = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     measure_or_load(arguments, "offload", lambda: measure(arguments), render)
