@@ -221,14 +221,13 @@ class HostCopier:
         step, which it holds anyway) are not copied, and come back as they are."""
         storages: dict[int, torch.Tensor] = {}
         layouts = []
-        for number, value in enumerate(values):
-            if not isinstance(value, torch.Tensor) or (kept is not None and kept[number]):
+        for position, value in enumerate(values):
+            if not isinstance(value, torch.Tensor) or (kept is not None and kept[position]):
                 layouts.append(_Layout(None, value=value))
                 continue
-            storage = value.untyped_storage()
-            number = _numbered(storages, storage, value.device)
+            storage = _numbered(storages, value.untyped_storage(), value.device)
             layouts.append(
-                _Layout(number, value.dtype, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
+                _Layout(storage, value.dtype, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
             )
         sources = list(storages.values())
         device = sources[0].device if sources else torch.device("cpu")
@@ -240,8 +239,8 @@ class HostCopier:
                 hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
             pending.event = _cuda_copy(sources, hosts, device, _streams(device).to_host)
         else:
-            reusable = hosts is not None and [host.numel() for host in hosts] == sizes
-            hosts = hosts if reusable and hosts is not None else []
+            if hosts is None or [host.numel() for host in hosts] != sizes:
+                hosts = []  # made by the copy, on its worker thread
             pending.done = threading.Event()
             _lanes().to_host.submit(_cpu_copy_out(sources, hosts, sizes, pending))
         self.host_copies[node] = hosts

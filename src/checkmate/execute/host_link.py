@@ -4,9 +4,8 @@ at first use and kept in the profile cache (`checkmate.torch_capture.link_timing
 
 Each direction is timed at two sizes (`SMALL_BYTES` and the device's large size), each the median of
 `link_timing.TIMINGS` copies after one untimed that makes the host copy; the latency and the cost per byte are the
-line through the two. The overlap is measured as the sharded link's is: matrix products of about a large copy's time,
-alone and with that copy out running beside them; what the two together save against the two apart, as a fraction
-of the shorter, clamped to [0, 1].
+line through the two. The overlap is measured as the sharded link's is (`link_timing.overlap_fraction`): matrix
+products of about a large copy's time, alone and with that copy out running beside them.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import torch
 from checkmate.execute.host_copies import HostCopier
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.moved import LinkSpeeds
-from checkmate.torch_capture.link_timing import cache_file, matrices, median_time
+from checkmate.torch_capture.link_timing import cache_file, median_time, overlap_fraction
 from checkmate.torch_capture.profile import device_key
 
 log = logging.getLogger(__name__)
@@ -87,18 +86,7 @@ def _line(small: int, small_seconds: float, large: int, large_seconds: float) ->
 
 
 def _overlap(copier: HostCopier, device: torch.device, size: int, copy_seconds: float) -> float:
-    left, right = matrices(device)
-    product = median_time(lambda: torch.mm(left, right), device)
-    count = max(1, round(copy_seconds / product)) if product > 0 else 1
-    compute = median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
     value = torch.ones(size, dtype=torch.uint8, device=device)
-
-    def both() -> None:
-        copier.copy_out(0, (value,))
-        for _ in range(count):
-            torch.mm(left, right)
-        copier.end_copy_out(0)
-
-    together = median_time(both, device)
-    shorter = min(copy_seconds, compute)
-    return float(min(1.0, max(0.0, (copy_seconds + compute - together) / shorter))) if shorter > 0 else 0.0
+    return overlap_fraction(
+        copy_seconds, lambda: copier.copy_out(0, (value,)), lambda _: copier.end_copy_out(0), device
+    )

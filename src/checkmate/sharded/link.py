@@ -26,7 +26,7 @@ import torch.distributed as dist
 import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.json_cache import finite_number, merge_entries, read_entries
 from checkmate.sharded.units import Unit
-from checkmate.torch_capture.link_timing import cache_file, matrices, median_time
+from checkmate.torch_capture.link_timing import cache_file, median_time, overlap_fraction
 
 log = logging.getLogger(__name__)
 
@@ -102,20 +102,16 @@ def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
     started early (FSDP2's `unshard(async_op=True)`, as a prefetch) while matrix products of about its time run,
     against the two apart (the median of `TIMINGS`). A collective call, like `gather_seconds`."""
     largest = units.index(_largest(units))
-    device, gather = fsdp2.device(units[largest].group), seconds[largest]
-    left, right = matrices(device)
-    product = median_time(lambda: torch.mm(left, right), device)
-    count = max(1, round(gather / product)) if product > 0 else 1
-    compute = median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
     module = units[largest].module
 
-    def both() -> None:
-        handle = module.unshard(async_op=True)
-        for _ in range(count):
-            torch.mm(left, right)
+    def wait(handle: object) -> None:
         if handle is not None:
-            handle.wait()
+            handle.wait()  # type: ignore[attr-defined]
 
-    together = median_time(both, device, after=module.reshard)
-    hidden = gather + compute - together
-    return float(min(1.0, max(0.0, hidden / min(gather, compute)))) if min(gather, compute) > 0 else 0.0
+    return overlap_fraction(
+        seconds[largest],
+        lambda: module.unshard(async_op=True),
+        wait,
+        fsdp2.device(units[largest].group),
+        after=module.reshard,
+    )

@@ -37,11 +37,7 @@ def offloaded(graph: Graph, plan: Plan, *, method: str) -> Plan:
         raise MethodNotApplicable("moves to host memory need a graph with a host_link")
     T = graph.size
     R, S = plan.R.astype(bool), plan.S.astype(bool)
-    read = np.zeros((T, T), dtype=bool)  # read[t, i]: a consumer of node i is computed in stage t
-    for j, sources in enumerate(graph.predecessors):
-        if sources:
-            read[np.ix_(R[:, j], np.array(sources, dtype=np.int64))] = True
-    needed = R | read
+    needed = R | _reads(graph, R)
     candidates: list[tuple[int, int, list[tuple[int, int]]]] = []  # (freed bytes x stages, node, gaps)
     for i in np.flatnonzero(graph.memory > 0).tolist():
         stages = np.flatnonzero(needed[:, i])

@@ -43,6 +43,33 @@ def matrices(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
+def overlap_fraction(
+    seconds: float,
+    start: Callable[[], object],
+    finish: Callable[[object], object],
+    device: torch.device,
+    after: Callable[[], object] | None = None,
+) -> float:
+    """The fraction of a transfer of `seconds` that runs beside compute, in [0, 1]: the transfer started (`start()`,
+    whose result `finish` then waits for) while matrix products of about its time run, against the two apart (the
+    median of `TIMINGS`); what the two together save, as a fraction of the shorter. `after` runs after each timed
+    pair, untimed (to undo the transfer)."""
+    left, right = matrices(device)
+    product = median_time(lambda: torch.mm(left, right), device)
+    count = max(1, round(seconds / product)) if product > 0 else 1
+    compute = median_time(lambda: [torch.mm(left, right) for _ in range(count)], device)
+
+    def both() -> None:
+        handle = start()
+        for _ in range(count):
+            torch.mm(left, right)
+        finish(handle)
+
+    together = median_time(both, device, after=after)
+    shorter = min(seconds, compute)
+    return float(min(1.0, max(0.0, (seconds + compute - together) / shorter))) if shorter > 0 else 0.0
+
+
 def flops_per_second(device: torch.device) -> float:
     """The device's matrix-product throughput, measured: what a second costs in a graph priced in FLOPs."""
     left, right = matrices(device)

@@ -13,7 +13,7 @@ from checkmate.captured import Captured
 from checkmate.errors import InvalidArgument
 from checkmate.execute.host_link import measured_link_speeds
 from checkmate.options import HostOffload
-from checkmate.torch_capture.link_timing import flops_per_second
+from checkmate.torch_capture.link_timing import in_cost_unit
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def with_host_link(captured: Captured, offload: HostOffload) -> Captured:
         )
     device = torch.device(captured.device)
     speeds = offload.speeds if offload.speeds is not None else measured_link_speeds(device)
-    cost_per_second = 1.0 if captured.cost_model == "profile" else flops_per_second(device)
+    (cost_per_second,) = in_cost_unit((1.0,), captured.cost_model, device)
     link = speeds.priced(cost_per_second, offload.budget)
     log.info(
         "moves to host memory allowed: %.3g GB/s out, %.3g GB/s back, overlap %.2f, host budget %s",
