@@ -302,14 +302,14 @@ def transfer_schedule(
 
 @dataclass(frozen=True)
 class _Jobs:
-    """One direction's copies, each (first stage, node): its work, last stage, and the stages it is open."""
+    """One direction's copies, each (first stage, node): its work and last stage, and the copies due at each stage."""
 
     work: dict[tuple[int, int], float]
     deadline: dict[tuple[int, int], int]
     due: dict[int, list[tuple[int, int]]]
-    opening: dict[int, list[tuple[int, int]]]
 
     def open_at(self, s: int) -> list[tuple[int, int]]:
+        """The copies whose window holds stage `s`."""
         return [job for job, last in self.deadline.items() if job[0] <= s <= last]
 
 
@@ -329,11 +329,9 @@ def _jobs(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_
                 work[(first, i)] = float(costs[i])
                 deadline[(first, i)] = last
     due: dict[int, list[tuple[int, int]]] = {}
-    opening: dict[int, list[tuple[int, int]]] = {}
     for job, last in deadline.items():
         due.setdefault(last, []).append(job)
-        opening.setdefault(job[0], []).append(job)
-    return _Jobs(work, deadline, due, opening)
+    return _Jobs(work, deadline, due)
 
 
 def exposed_transfer_times(
