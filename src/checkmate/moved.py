@@ -41,6 +41,7 @@ fluid link); the MILP's transfer rows (`checkmate.milp.moves`) express the same 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,7 +225,7 @@ def check_moves(R: np.ndarray, S: np.ndarray, moves: Moves, sizes: np.ndarray, l
 def on_host_by(copy_out: np.ndarray) -> np.ndarray:
     """bool[T, T]: where a copy back's buffer may be (m2): the output was copied out in an earlier stage."""
     ready = np.zeros(copy_out.shape, dtype=bool)
-    ready[1:] = np.cumsum(copy_out, axis=0)[:-1] > 0
+    ready[1:] = np.logical_or.accumulate(copy_out, axis=0)[:-1]
     return ready
 
 
@@ -281,36 +282,41 @@ def transfer_schedule(
     done = (zeros.copy(), zeros.copy())
     exposed = np.zeros(T)
     left = [dict(jobs.work) for jobs in directions]
+    open_jobs: tuple[list[tuple[int, tuple[int, int]]], ...] = ([], [])  # heaps of (deadline, job): earliest first
     for s in range(T):
+        for d, jobs in enumerate(directions):
+            for job in jobs.opening.get(s, ()):
+                heapq.heappush(open_jobs[d], (jobs.deadline[job], job))
         lent = link.overlap * float(stage_compute[s])
         due = [sum(left[d][job] for job in directions[d].due.get(s, ())) for d in range(2)]
         exposed[s] = max(0.0, max(due) - lent)
         for d, jobs in enumerate(directions):
-            capacity = lent + exposed[s]
-            for job in sorted((job for job in jobs.open_at(s) if left[d][job] > 0), key=jobs.deadline.__getitem__):
+            capacity, heap = lent + exposed[s], open_jobs[d]
+            while heap and capacity > 0:
+                job = heap[0][1]
                 used = min(capacity, left[d][job])
                 left[d][job] -= used
                 done[d][s, job[1]] += used
                 capacity -= used
-                if capacity <= 0:
-                    break
+                if left[d][job] <= 0:
+                    heapq.heappop(heap)
             for job in jobs.due.get(s, ()):
                 if left[d][job] > 1e-9 * max(jobs.work[job], 1.0):
                     raise AssertionError(f"internal: copy {job} left {left[d][job]} past its window")
+            while heap and heap[0][0] <= s:  # due here, done but for rounding
+                heapq.heappop(heap)
     return TransferSchedule(exposed, done[0], done[1])
 
 
 @dataclass(frozen=True)
 class _Jobs:
-    """One direction's copies, each (first stage, node): its work and last stage, and the copies due at each stage."""
+    """One direction's copies, each (first stage, node): its work and last stage, the copies whose window opens at
+    each stage and those due at each stage."""
 
     work: dict[tuple[int, int], float]
     deadline: dict[tuple[int, int], int]
+    opening: dict[int, list[tuple[int, int]]]
     due: dict[int, list[tuple[int, int]]]
-
-    def open_at(self, s: int) -> list[tuple[int, int]]:
-        """The copies whose window holds stage `s`."""
-        return [job for job, last in self.deadline.items() if job[0] <= s <= last]
 
 
 def _jobs(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_start: bool) -> _Jobs:
@@ -328,10 +334,12 @@ def _jobs(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_
             if marked:
                 work[(first, i)] = float(costs[i])
                 deadline[(first, i)] = last
+    opening: dict[int, list[tuple[int, int]]] = {}
     due: dict[int, list[tuple[int, int]]] = {}
     for job, last in deadline.items():
+        opening.setdefault(job[0], []).append(job)
         due.setdefault(last, []).append(job)
-    return _Jobs(work, deadline, due)
+    return _Jobs(work, deadline, opening, due)
 
 
 def exposed_transfer_times(
