@@ -15,18 +15,21 @@ and a start of the searches on a graph with a host link, as the MILP's moves are
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 
 import numpy as np
 
 from checkmate.errors import MethodNotApplicable
 from checkmate.graph import Graph
-from checkmate.moved import Moves
+from checkmate.moved import Moves, transfer_schedule
 from checkmate.plan import Plan, make_plan, schedule_of
 from checkmate.simulate import Compute, Schedule, stage_compute
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
 from checkmate.strategies.common import cheapest_within, infeasible, plan_from_s
 from checkmate.strategies.registry import register
+
+log = logging.getLogger(__name__)
 
 SHORTEST_GAP = 3  # a copy back for stage t fills its buffer in stage t - 1: a gap of 2 stages frees nothing
 
@@ -79,15 +82,20 @@ def offload_all(graph: Graph, budget: int | None) -> Plan:
 
 
 def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadline: float | None = None) -> Plan | None:
-    """`plan` with values moved to host memory, one at a time, until its peak fits `budget` bytes; None when no move
-    is left that lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`.
+    """`plan` with values moved to host memory until its peak fits `budget` bytes; None when no move is left that
+    lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`.
 
     Each round takes the peak stage p and every value held across it and needed again three stages or more after its
-    last need before p (a gap (a, b) around p), and tries it moved: copied out where it is first made, held on past a
-    while its copy out needs the compute of those stages (`HostLink.overlap` x compute), its copy back's buffer run
-    started as many stages before b as its copy needs, both clear of p; the one that frees its bytes at p for the
-    least added time (bytes per added cost) is taken, among those the link's `host_memory` has room for. Other gaps of
-    a moved value stay held."""
+    last need before p (a gap (a, b) around p), each as it would be moved: copied out where it is first made, held on
+    past a while its copy out needs the link time the stages lend (`HostLink.overlap` x compute, less what the plan's
+    copies already use there), its copy back's buffer run started as many stages before b as its copy needs, both
+    clear of p (where the free time before p does not cover a copy out, it ends right after a, and the step waits
+    for it there; where the free time after p does not cover a copy back, its buffer is stage b - 1 alone). Its price
+    is the copy time those stages cannot lend (what it would add to the step, were it alone on the link beside the
+    plan's copies). The values are taken cheapest per byte first (the largest first among those the free link time
+    hides), among those the link's `host_memory` has room for, until stage p's bytes fit the budget. The plan is then
+    built and simulated once (its true time and peak), and the next round starts from its peak. Other gaps of a
+    moved value stay held."""
     link = graph.host_link
     if link is None:
         raise MethodNotApplicable("moves to host memory need a graph with a host link")
@@ -95,8 +103,8 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
     current = plan
     R = plan.R.astype(bool)
     needed = R | _reads(graph, R)
-    compute = stage_compute(graph, R)
-    lent = link.overlap * compute
+    first_made = np.argmax(R, axis=0)
+    lent = link.overlap * stage_compute(graph, R)
     out_costs, in_costs = link.to_host_costs(graph.memory), link.to_device_costs(graph.memory)
     while current.peak_memory > budget:
         if deadline is not None and time.perf_counter() > deadline:
@@ -104,38 +112,94 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
         schedule = schedule_of(graph, current)
         p = _peak_stage(schedule)
         moves = current.moves
-        out, back, buffer = moves.copied_out(T), moves.copied_in(T), moves.buffers(T)
-        best: tuple[float, Plan] | None = None
+        used = transfer_schedule(graph.memory, link, moves, current.S, stage_compute(graph, R))
+        free_out = np.maximum(lent - used.to_host.sum(axis=1), 0.0)
+        free_in = np.maximum(lent - used.to_device.sum(axis=1), 0.0)
         room = np.inf if link.host_memory is None else link.host_memory - current.host_peak
-        candidates = current.S[p] & ~needed[p] & (graph.memory > 0) & (graph.memory <= room) & ~out.any(axis=0)
+        candidates = current.S[p] & ~needed[p] & (graph.memory > 0) & ~moves.copied_out(T).any(axis=0)
+        gaps: dict[int, tuple[int, int, int]] = {}  # node: (first stage of its copy out's window, a, b)
         for i in np.flatnonzero(candidates).tolist():
             stages = np.flatnonzero(needed[:, i])
             before, after = stages[stages < p], stages[stages > p]
-            if not before.size or not after.size:
-                continue
-            a, b = int(before[-1]), int(after[0])
-            held_until = _stages_covering(lent, a, out_costs[i], forward=True)  # last stage the value stays
-            first_buffer = _stages_covering(lent, b - 1, in_costs[i], forward=False)
-            held_until, first_buffer = min(held_until, p - 1), max(first_buffer, p + 1)
-            if not current.S[a + 1 : b + 1, i].all() or R[a + 1 : b + 1, i].any() or first_buffer > b - 1:
-                continue
-            S = current.S.copy()
+            if before.size and after.size:
+                a, b = int(before[-1]), int(after[0])
+                if current.S[a + 1 : b + 1, i].all() and not R[a + 1 : b + 1, i].any():
+                    made = int(first_made[i])
+                    gaps[i] = (made if current.S[made + 1 : a + 1, i].all() else a, a, b)
+        S, out, back, buffer = current.S.copy(), moves.copied_out(T), moves.copied_in(T), moves.buffers(T)
+        excess, taken = schedule.peak_memory - budget, 0
+        while excess > 0:
+            priced = [
+                move
+                for i, (start, a, b) in gaps.items()
+                if int(graph.memory[i]) <= room
+                and (
+                    move := _priced_move(
+                        i, int(graph.memory[i]), start, a, b, p, out_costs[i], in_costs[i], free_out, free_in
+                    )
+                )
+                is not None
+            ]
+            if not priced:
+                break
+            _, _, i, start, held_until, first_buffer, b = min(priced)
+            del gaps[i]
             S[held_until + 1 : b + 1, i] = False
-            trial_out, trial_back, trial_buffer = out.copy(), back.copy(), buffer.copy()
-            trial_out[int(np.flatnonzero(R[:, i])[0]), i] = True
-            trial_back[b, i] = True
-            trial_buffer[first_buffer:b, i] = True
-            trial = make_plan(graph, current.R, S, moves=Moves(trial_out, trial_back, trial_buffer), method=method)
-            freed = schedule.peak_memory - trial.peak_memory
-            if freed <= 0:
-                continue
-            value = freed / (trial.cost - current.cost + 1e-12 * current.cost + 1e-30)
-            if best is None or value > best[0]:
-                best = (value, trial)
-        if best is None:
+            out[start, i] = True
+            back[b, i] = True
+            buffer[first_buffer:b, i] = True
+            _lend(free_out, range(start, held_until + 1), out_costs[i])
+            _lend(free_in, range(b - 1, first_buffer - 1, -1), in_costs[i])
+            excess -= int(graph.memory[i])
+            room -= int(graph.memory[i])
+            taken += 1
+        log.debug("offload_to_fit: stage %d at the peak, %d values moved, %d bytes over", p, taken, excess)
+        if not taken:
             return None
-        current = best[1]
+        trial = make_plan(graph, current.R, S, moves=Moves(out, back, buffer), method=method)
+        if trial.peak_memory > current.peak_memory:
+            return None  # a move holds its value's bytes only within its old hold: not expected
+        current = trial  # each round moves a value more: the rounds end
     return current
+
+
+def _priced_move(
+    i: int,
+    size: int,
+    start: int,
+    a: int,
+    b: int,
+    p: int,
+    out_cost: float,
+    in_cost: float,
+    free_out: np.ndarray,
+    free_in: np.ndarray,
+) -> tuple[float, int, int, int, int, int, int] | None:
+    """Node i's gap (a, b) around the peak stage p moved (`offload_to_fit`), its copy out started in stage `start`
+    (it is held from there to a): (its price per byte, minus its `size` bytes, i, start, the last stage it stays held, the first stage of its copy back's buffer, b), or None when its copy
+    back's buffer cannot clear p. The price is the copy time that the link's free time in those stages (`free_out`,
+    `free_in`) does not cover; the smallest first, then the largest value (fewer copies for the same bytes)."""
+    held_until = max(a, _stages_covering(free_out, start, out_cost, forward=True))
+    if held_until > p - 1:
+        held_until = a  # the free link time before p does not cover it: the step waits for it after its last need
+    first_buffer = min(b - 1, _stages_covering(free_in, b - 1, in_cost, forward=False))
+    if first_buffer < p + 1:
+        first_buffer = b - 1  # nor after p: the step waits for it before its next need
+    if first_buffer < p + 1:
+        return None
+    unlent = max(0.0, out_cost - float(free_out[start : held_until + 1].sum()))
+    unlent += max(0.0, in_cost - float(free_in[first_buffer:b].sum()))
+    return unlent / size, -size, i, start, held_until, first_buffer, b
+
+
+def _lend(free: np.ndarray, stages: range, work: float) -> None:
+    """Take `work` of the link's free time from `stages`, in their order, as far as it goes."""
+    for stage in stages:
+        used = min(work, float(free[stage]))
+        free[stage] -= used
+        work -= used
+        if work <= 0:
+            return
 
 
 def _reads(graph: Graph, R: np.ndarray) -> np.ndarray:
