@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -12,6 +13,7 @@ import checkmate
 from checkmate.bounds import activation_floor
 from checkmate.examples import linear_graph, random_training_graph, training_graph
 from checkmate.graph import Graph, Node
+from checkmate.moved import HostLink
 
 Found = TypeVar("Found")
 
@@ -101,3 +103,16 @@ def against_the_optimum(bound: Callable[[Graph, int], Found]) -> Iterator[tuple[
                 continue
             if optimum is not None:
                 yield name, graph, budget, found, optimum
+
+
+def moved_chain() -> Graph:
+    """The paper's chain of 2 whose first output (4 bytes, costly to recompute) is read again by the last gradient,
+    with a loss that takes 5 bytes of workspace: below the peak of holding it, moving it and recomputing it compete."""
+    graph = linear_graph(2)
+    sizes, costs, workspaces = (4, 1, 1, 1, 1), (3.0, 1.0, 1.0, 1.0, 1.0), (0, 0, 5, 0, 0)
+    nodes = tuple(
+        dataclasses.replace(node, memory=size, cost=cost, workspace=workspace)
+        for node, size, cost, workspace in zip(graph.nodes, sizes, costs, workspaces, strict=True)
+    )
+    link = HostLink(to_host_per_byte=0.4, to_device_per_byte=0.3, latency=0.1, overlap=0.7)
+    return dataclasses.replace(graph, nodes=nodes, host_link=link)

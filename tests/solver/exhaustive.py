@@ -15,9 +15,10 @@ import functools
 import itertools
 
 import numpy as np
-from oracles import paper_cost_and_peak
+from oracles import moved_cost_and_usage, paper_cost_and_peak
 
 from checkmate.graph import Graph
+from checkmate.moved import Moves
 
 
 def useful_entries(graph: Graph) -> list[tuple[int, int]]:
@@ -105,3 +106,59 @@ def cheapest_at(frontier: list[tuple[int, float]], budget: int) -> float | None:
     """The oracle's optimum within `budget`, or None when no schedule fits."""
     costs = [cost for peak, cost in frontier if peak <= budget]
     return min(costs) if costs else None
+
+
+def fewest_computations_with_copies(graph: Graph, S: np.ndarray, copied_in: np.ndarray) -> np.ndarray:
+    """The smallest R meeting (8a), (1b) and (1c) with copied-in values as a source: per stage, node t and what is
+    held into the next stage without being on the device, closed over inputs that are not."""
+    T = graph.size
+    on_device = S | copied_in
+    R = np.zeros((T, T), dtype=bool)
+    for t in range(T):
+        wanted = [t] + [i for i in range(t) if t + 1 < T and S[t + 1, i] and not on_device[t, i]]
+        while wanted:
+            node = wanted.pop()
+            if not R[t, node]:
+                R[t, node] = True
+                wanted.extend(i for i in graph.predecessors[node] if not on_device[t, i])
+    return R
+
+
+def joint_optimum(graph: Graph, budget: int) -> float | None:
+    """The cheapest plan within `budget` by exhaustive search over S, the copies back (each where its value is read
+    again, two stages or more after it is made), for each value copied back every stage of its copy out, and for each
+    copy back every first stage of its buffer's run that the rules allow; R the fewest computations these allow;
+    priced by `oracles.moved_cost_and_usage`. Nothing from the library's planning. None when no plan fits."""
+    T = graph.size
+    held = useful_entries(graph)
+    back = [(t, i) for i, users in enumerate(graph.users) if users for t in range(i + 2, max(users) + 1)]
+    best = None
+    for held_bits, back_bits in itertools.product(
+        itertools.product((False, True), repeat=len(held)), itertools.product((False, True), repeat=len(back))
+    ):
+        S = np.zeros((T, T), dtype=bool)
+        S[tuple(np.array(held, dtype=int).T)] = held_bits
+        copy_in = np.zeros((T, T), dtype=bool)
+        copy_in[tuple(np.array(back, dtype=int).T)] = back_bits
+        R = fewest_computations_with_copies(graph, S, copy_in)
+        if (copy_in & (S | R)).any():
+            continue  # (m3)
+        moved = sorted({int(i) for i in np.flatnonzero(copy_in.any(axis=0))})
+        stages = [[s for s in range(int(np.flatnonzero(copy_in[:, i])[0]) - 1) if R[s, i] or S[s, i]] for i in moved]
+        on_device = R | S | copy_in
+        for outs in itertools.product(*stages):
+            copy_out = np.zeros((T, T), dtype=bool)
+            copy_out[list(outs), moved] = True
+            runs = []  # per copy back, the buffers it may start at: after its copy out, off the device throughout
+            for t, i in zip(*np.nonzero(copy_in), strict=True):
+                made = outs[moved.index(int(i))]
+                starts = [a for a in range(made + 1, int(t)) if not on_device[a : int(t), i].any()]
+                runs.append([(int(t), int(i), a) for a in starts])
+            for chosen in itertools.product(*runs):
+                buffered = np.zeros((T, T), dtype=bool)
+                for t, i, a in chosen:
+                    buffered[a:t, i] = True
+                cost, usage, _ = moved_cost_and_usage(graph, R, S, Moves(copy_out, copy_in, buffered))
+                if max(usage) <= budget and (best is None or cost < best - 1e-9):
+                    best = cost
+    return best

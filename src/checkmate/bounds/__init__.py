@@ -6,11 +6,14 @@
   `gaps`, and the input cover that charges a recomputation for its dead inputs in `input_cover`);
 * `closure`: the closure bound, a lower bound on cost from the stage where memory binds (what crosses it is held
   there or rebuilt after it, with every input it is rebuilt from);
+* `moved_closure`: the closure bound where values may also move to host memory (a crossing value may be away, within
+  what the link carries in the time the step has);
 * `peak`: a bracket of the smallest feasible budget (the peak-minimising MILP).
 """
 
 from checkmate.bounds.closure import ClosureBound, closure_bound
 from checkmate.bounds.floor import activation_floor
+from checkmate.bounds.moved_closure import moved_closure_bound
 from checkmate.bounds.peak import BudgetRange, peak_range
 from checkmate.bounds.relaxation import Relaxation, relaxation, relaxation_bound
 from checkmate.bounds.retention import RetentionBound, retention_bound
@@ -22,6 +25,7 @@ __all__ = [
     "RetentionBound",
     "activation_floor",
     "closure_bound",
+    "moved_closure_bound",
     "peak_range",
     "relaxation",
     "relaxation_bound",

@@ -96,6 +96,7 @@ def closure_bound(
     load_seconds_per_variable: float = 0.0,
     should_stop: Callable[[], bool] | None = None,
     interrupted: Callable[[], bool] | None = None,
+    problem_of: Callable[[Graph, int, int], StageMilp | None] | None = None,
 ) -> ClosureBound:
     """A proven lower bound on the cost of any plan of `graph` whose peak is at most `budget` bytes (module doc).
 
@@ -109,10 +110,13 @@ def closure_bound(
             times its variables.
         should_stop: polled by the solver and between stages; once it returns True, the stages left are not tried.
         interrupted: a stop the solver is not waited for (`SolveOptions.interrupted`).
+        problem_of: a stage's MILP (graph, budget, stage), None when nothing crosses it; `stage_problem` by default,
+            `checkmate.bounds.moved_closure.moved_stage_problem` where values may move to host memory.
 
     Raises:
         InfeasibleBudget: when a stage's MILP is infeasible: no plan fits (`minimum` is None).
     """
+    problem_of = stage_problem if problem_of is None else problem_of
     started = time.perf_counter()
     base = _base(graph)
     if base.max(initial=0) > budget:
@@ -125,7 +129,7 @@ def closure_bound(
     answer: tuple[np.ndarray, np.ndarray] | None = None
     for stage in tightest_stages(graph, budget, stages):
         left = None if time_limit is None else time_limit - (time.perf_counter() - started)
-        milp = stage_problem(graph, budget, stage)
+        milp = problem_of(graph, budget, stage)
         if milp is None:
             continue
         problem = milp.problem
@@ -161,11 +165,20 @@ def tightest_stages(graph: Graph, budget: int, count: int) -> np.ndarray:
 @dataclass(frozen=True)
 class StageMilp:
     """The closure MILP of one stage: its columns are h over `nodes` (F), then r over `nodes`; its objective is the
-    extra cost (the r at their recompute costs); its rows are the module doc's, memory in bytes over the largest
-    column's."""
+    extra cost (the r at their recompute costs); its rows are the module doc's: one per crossing node, then one per
+    edge into F, then memory (in bytes over the largest column's).
+
+    Attributes:
+        problem: the MILP.
+        nodes: F, the columns' nodes, sorted.
+        crossing: the column (index into `nodes`) of each crossing row's node.
+        sources: the column of each edge row's source.
+    """
 
     problem: MilpProblem
     nodes: np.ndarray
+    crossing: np.ndarray
+    sources: np.ndarray
 
 
 def stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | None:
@@ -201,7 +214,7 @@ def stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | None:
         col_upper=np.ones(2 * n),
         integer=np.ones(2 * n, dtype=bool),
     )
-    return StageMilp(problem, columns)
+    return StageMilp(problem, columns, column_of[crossing], source)
 
 
 def _base(graph: Graph) -> np.ndarray:
@@ -223,7 +236,7 @@ def _ancestors(graph: Graph, nodes: np.ndarray) -> np.ndarray:
 def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The nodes a stage MILP's solution holds out of the stage, and those it rebuilds after it without holding."""
     held = x[: nodes.size] > 0.5
-    return nodes[held], nodes[(x[nodes.size :] > 0.5) & ~held]
+    return nodes[held], nodes[(x[nodes.size : 2 * nodes.size] > 0.5) & ~held]
 
 
 def solve_stage(

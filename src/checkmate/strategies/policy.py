@@ -31,6 +31,8 @@ class SearchPolicy:
             `retention_minimum` seconds).
         closure_share: of what is left after it, what the closure bound may take (at least `retention_minimum`
             seconds, which is enough on the graph set's largest graphs).
+        moved_bound_share: on a graph with a host link, of the time the search has left after the starts that
+            recompute only, what the closure bound with moves (`checkmate.bounds.moved_closure`) may take.
         moved_starts_share: on a graph with a host link, of the time the search has left after the other starts, what
             the starts that recompute less and move values to fit may take (`checkmate.strategies.offload_starts`).
         rounding_share: what `approx` may take inside `optimal` before the MILP (its LP is also the LP bound).
@@ -61,6 +63,7 @@ class SearchPolicy:
     retention_share: float = 0.3
     retention_minimum: float = 1.0
     closure_share: float = 0.5
+    moved_bound_share: float = 0.15
     moved_starts_share: float = 0.9
     rounding_share: float = 0.8
     held_share: float = 0.4

@@ -15,7 +15,8 @@ The starting points, each but the moved ones improved by `hold_more` on the full
   transformers its recomputations cascade and the other starts win.
 The search's first proven lower bound is the larger of the retention bound and the closure bound
 (`checkmate.bounds.closure`: what crosses the stage where memory binds must be held there or rebuilt after it, with
-its inputs; on transformers it is the tighter one).
+its inputs; on transformers it is the tighter one). On a graph with a host link both price memory in recomputation
+alone; its bound is the closure bound with moves (`checkmate.bounds.moved_closure`) instead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from checkmate.bounds.closure import closure_bound
+from checkmate.bounds.moved_closure import moved_closure_bound
 from checkmate.bounds.retention import retention_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
@@ -164,6 +166,19 @@ def starting_plans(
         if plain is graph:
             raise
     if plain is not graph and not control.stopped:
+        time_limit = control.share(policy.moved_bound_share, minimum=policy.retention_minimum)
+        bound = max(
+            bound,
+            moved_closure_bound(
+                graph,
+                budget,
+                time_limit=time_limit,
+                load_seconds_per_variable=policy.load_seconds_per_variable,
+                should_stop=lambda: control.stopped,
+                interrupted=lambda: control.interrupted,
+            ).bound,
+        )
+        control.report("moved closure bound", bound=bound)
         moved = moved_starts(graph, budget, control.child(control.share(policy.moved_starts_share)), method=method)
         if moved is not None:
             plans.append(moved)
