@@ -2,13 +2,12 @@
 graph with a host link.
 
 A plan that recomputes only within a looser budget (`RUNGS` x the budget, up to the peak without recomputation)
-recomputes less (the first rung is the budget itself: the recomputing optimum, so that the joint search starts no
-worse than it); `offload_to_fit` then moves its values to host memory, cheapest per byte first, until it fits the
-budget. Where the link's copies hide behind compute, the result costs what the looser plan costs: less than the best
-recomputing plan within the budget. Each rung is the MILP without the link, in its share of the time; the cheapest
-moved plan that fits is the start. Measured on a Llama-3-8B shape (200 nodes, PCIe-like link, `benchmarks/
-offload.py`), rungs of 1.02 to 1.2 x the budget moved 4 to 37 values, and the best of them was 3-4 % below the
-recomputing optimum at 76-90 % of the peak.
+recomputes less. The first rung is the budget itself: the recomputing optimum (`optimal` without the link), so that
+the joint search starts no worse than it; the looser rungs take the closure bound's answer
+(`checkmate.strategies.closure_start`, optimal where one stage binds, in seconds on op-level transformers).
+`offload_to_fit` then moves each rung's values to host memory, cheapest per byte first, until it fits the budget.
+Where the link's copies hide behind compute, the result costs what the looser plan costs: less than the best
+recomputing plan within the budget. The cheapest moved plan that fits is the start.
 """
 
 from __future__ import annotations
@@ -17,11 +16,13 @@ import dataclasses
 import logging
 import time
 
+from checkmate.bounds.closure import closure_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_fitting, make_plan
 from checkmate.progress import SearchControl
 from checkmate.strategies.checkpoint_all import checkpoint_all
+from checkmate.strategies.closure_start import closure_start
 from checkmate.strategies.offload import offload_to_fit
 from checkmate.strategies.registry import call_strategy
 
@@ -34,6 +35,7 @@ RUNGS = (1.0, 1.02, 1.05, 1.1, 1.2)
 # 60 s the joint plan took 529 ms where recomputation alone found 267; with 0.81, 267); where it is proven at once,
 # the other rungs get the rest.
 FIRST_RUNG_SHARE = 0.9
+CLOSURE_SHARE = 0.5  # of a looser rung's time, what its closure bound may take (the rest: its answer's plan)
 
 
 def moved_starts(graph: Graph, budget: int, control: SearchControl, *, method: str) -> Plan | None:
@@ -50,9 +52,8 @@ def moved_starts(graph: Graph, budget: int, control: SearchControl, *, method: s
             break
         share = FIRST_RUNG_SHARE if number == 0 else 1.0 / (len(rungs) - number)
         phase = control.child(control.share(share), reports=False)
-        try:
-            kept = call_strategy("optimal", plain, looser, {"control": phase})
-        except InfeasibleBudget:
+        kept = _recomputing(plain, looser, phase, exact=number == 0)
+        if kept is None:
             continue
         started = make_plan(graph, kept.R, kept.S, presence=kept.presence, method=method)
         remaining = phase.remaining()
@@ -62,3 +63,19 @@ def moved_starts(graph: Graph, budget: int, control: SearchControl, *, method: s
             log.debug("rung %d bytes: recomputing plan %.6g, moved to fit %.6g", looser, kept.cost, moved.cost)
             found.append(moved)
     return cheapest_fitting(found, budget)
+
+
+def _recomputing(plain: Graph, budget: int, control: SearchControl, *, exact: bool) -> Plan | None:
+    """A plan that only recomputes within `budget`: `optimal`'s (`exact`), or the closure bound's answer
+    (`checkmate.strategies.closure_start`, optimal where one stage binds, in seconds on op-level transformers where
+    `optimal` spends its first half minute on baselines); None when none is found."""
+    try:
+        if exact:
+            return call_strategy("optimal", plain, budget, {"control": control})
+        closure = closure_bound(
+            plain, budget, time_limit=control.share(CLOSURE_SHARE), should_stop=lambda: control.stopped
+        )
+    except InfeasibleBudget:
+        return None
+    plan = closure_start(plain, budget, closure, method="optimal", time_limit=control.remaining())
+    return plan if plan is not None and plan.peak_memory <= budget else None
