@@ -222,3 +222,20 @@ def test_the_link_is_measured_once_and_cached() -> None:
     assert speeds.latency >= 0 and 0.0 <= speeds.overlap <= 1.0
     assert path.exists()
     assert measured_link_speeds(device) == speeds
+
+
+def test_a_smaller_last_batch_runs_the_planned_moves_at_its_sizes() -> None:
+    """After compile with a host link, a smaller last batch runs the compiled batch's plan, moves included, at its own
+    sizes (`checkmate.training.shape_reuse`), bit-equal to eager within that plan's peak."""
+    model, loss_fn, batch = MODELS["gpt"]()
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=1.0, method="offload_all", cost_model="flops", measure_memory="never",
+        host_link=FAST,
+    )  # fmt: skip
+    compare_steps(step, reference, batch, seed=3, context="compiled batch")
+    first = step.plan
+    smaller = tuple(tensor[:2] for tensor in batch)
+    compare_steps(step, reference, smaller, seed=4, context="smaller last batch with moves")
+    assert step.plan is not first and step.plan.moves.any
+    assert (step.plan.moves.copy_out == first.moves.copy_out).all()

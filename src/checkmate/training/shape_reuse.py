@@ -4,7 +4,8 @@ A smaller last batch, or a shorter sequence, would otherwise stall the step for 
 planned batch is at least as large in every dimension (same batch structure, dtypes and number of dimensions), the
 new batch is traced on fake tensors (cheap: nothing runs), and when its trace has the planned one's structure
 (`checkmate.torch_capture.structure.structure_difference`), it is laid out in the planned step's nodes, priced by
-their costs (`checkmate.torch_capture.capture_as`). The planned R and S are then a schedule of it; the simulator
+their costs (`checkmate.torch_capture.capture_as`). The planned R, S and moves to host memory are then a schedule of
+it (on the planned step's host link); the simulator
 prices its memory at the new sizes, and it runs when its peak fits the budget. Otherwise the caller plans the shape
 as `compile` does.
 
@@ -18,6 +19,7 @@ cost itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -70,9 +72,19 @@ def reuse_plan(
         gradient_memory=settings.capture.gradient_memory,
         device=model_device(model),
     )
+    # the same device, link and host budget: the planned step's moves run at this batch's sizes too
+    captured = dataclasses.replace(
+        captured, graph=dataclasses.replace(captured.graph, host_link=like.captured.graph.host_link)
+    )
     budget = resolve_budget(settings.budget, like.no_remat.peak_memory)
     plan = make_plan(
-        captured.graph, like.plan.R, like.plan.S, method=like.plan.method, budget=budget, presence=like.plan.presence
+        captured.graph,
+        like.plan.R,
+        like.plan.S,
+        method=like.plan.method,
+        budget=budget,
+        presence=like.plan.presence,
+        moves=like.plan.moves,
     )
     if plan.peak_memory > budget:
         return (
