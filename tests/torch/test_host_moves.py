@@ -224,9 +224,12 @@ def test_the_link_is_measured_once_and_cached() -> None:
     assert measured_link_speeds(device) == speeds
 
 
-def test_a_smaller_last_batch_runs_the_planned_moves_at_its_sizes() -> None:
+def test_a_smaller_last_batch_and_a_mode_switch_run_their_moves_exactly() -> None:
     """After compile with a host link, a smaller last batch runs the compiled batch's plan, moves included, at its own
-    sizes (`checkmate.training.shape_reuse`), bit-equal to eager within that plan's peak."""
+    sizes (`checkmate.training.shape_reuse`); eval() then, into the gradients the steps before made, gets a plan of
+    its own that moves values too (the link and the method carry over). Each step bit-equal to eager within its
+    plan's peak: a state planned while the step runs measures nothing on the device (the link's price in FLOPs is
+    measured once)."""
     model, loss_fn, batch = MODELS["gpt"]()
     reference = copy.deepcopy(model)
     step = checkmate.compile(
@@ -239,3 +242,7 @@ def test_a_smaller_last_batch_runs_the_planned_moves_at_its_sizes() -> None:
     compare_steps(step, reference, smaller, seed=4, context="smaller last batch with moves")
     assert step.plan is not first and step.plan.moves.any
     assert (step.plan.moves.copy_out == first.moves.copy_out).all()
+    for module in (model, reference):
+        module.eval()
+    compare_steps(step, reference, batch, seed=5, context="eval() with moves, accumulating")
+    assert step.plan.moves.any and step.graph.host_link is not None

@@ -8,6 +8,7 @@ the device's matrix-product throughput (measured here) under "flops".
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -70,8 +71,11 @@ def overlap_fraction(
     return float(min(1.0, max(0.0, (seconds + compute - together) / shorter))) if shorter > 0 else 0.0
 
 
+@functools.cache
 def flops_per_second(device: torch.device) -> float:
-    """The device's matrix-product throughput, measured: what a second costs in a graph priced in FLOPs."""
+    """The device's matrix-product throughput, measured once per process: what a second costs in a graph priced in
+    FLOPs. Once: every plan of a step prices its links at the same rate, and a step planning a new state (a mode
+    switch, a new shape) measures nothing while it runs."""
     left, right = matrices(device)
     return 2 * THROUGHPUT_SIZE**3 / median_time(lambda: torch.mm(left, right), device)
 
