@@ -104,7 +104,8 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
     R = plan.R.astype(bool)
     needed = R | _reads(graph, R)
     first_made = np.argmax(R, axis=0)
-    lent = link.overlap * stage_compute(graph, R)
+    compute = stage_compute(graph, R)
+    lent = link.overlap * compute
     out_costs, in_costs = link.to_host_costs(graph.memory), link.to_device_costs(graph.memory)
     while current.peak_memory > budget:
         if deadline is not None and time.perf_counter() > deadline:
@@ -112,7 +113,7 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
         schedule = schedule_of(graph, current)
         p = _peak_stage(schedule)
         moves = current.moves
-        used = transfer_schedule(graph.memory, link, moves, current.S, stage_compute(graph, R))
+        used = transfer_schedule(graph.memory, link, moves, current.S, compute)
         free_out = np.maximum(lent - used.to_host.sum(axis=1), 0.0)
         free_in = np.maximum(lent - used.to_device.sum(axis=1), 0.0)
         room = np.inf if link.host_memory is None else link.host_memory - current.host_peak
@@ -176,9 +177,10 @@ def _priced_move(
     free_in: np.ndarray,
 ) -> tuple[float, int, int, int, int, int, int] | None:
     """Node i's gap (a, b) around the peak stage p moved (`offload_to_fit`), its copy out started in stage `start`
-    (it is held from there to a): (its price per byte, minus its `size` bytes, i, start, the last stage it stays held, the first stage of its copy back's buffer, b), or None when its copy
-    back's buffer cannot clear p. The price is the copy time that the link's free time in those stages (`free_out`,
-    `free_in`) does not cover; the smallest first, then the largest value (fewer copies for the same bytes)."""
+    (it is held from there to a): (its price per byte, minus its `size` bytes, i, start, the last stage it stays
+    held, the first stage of its copy back's buffer, b), or None when its copy back's buffer cannot clear p. The
+    price is the copy time that the link's free time in those stages (`free_out`, `free_in`) does not cover; the
+    smallest first, then the largest value (fewer copies for the same bytes)."""
     held_until = max(a, _stages_covering(free_out, start, out_cost, forward=True))
     if held_until > p - 1:
         held_until = a  # the free link time before p does not cover it: the step waits for it after its last need
