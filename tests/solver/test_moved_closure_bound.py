@@ -4,17 +4,16 @@ optimum, and it sits between every node once (a free link) and the closure bound
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
 from bound_graphs import moved_chain
 from exhaustive import joint_optimum
-from oracles import moved_cost_and_usage, moved_everywhere_but_reads
+from oracles import moved_cost_and_usage, random_plans_with_moves
 
 from checkmate.bounds import closure_bound, moved_closure_bound
 from checkmate.bounds.moved_closure import moved_stage_problem
-from checkmate.examples import linear_graph, random_training_graph
+from checkmate.examples import linear_graph
 from checkmate.graph import Graph
 from checkmate.moved import HostLink, Moves
 from checkmate.solve import solve
@@ -42,27 +41,17 @@ def test_every_row_holds_for_every_plan_with_moves(seed: int) -> None:
     read), from checkpoint_all and Chen's plan, on random graphs and links, at a budget of the plan's own peak: at
     every stage, the plan's columns meet every row, and the objective is the plan's cost beyond every node once.
     Cost and peak from the oracle (`oracles.moved_cost_and_usage`), not the simulator."""
-    rng = np.random.default_rng(seed)
-    link = HostLink(
-        float(rng.uniform(0, 0.3)), float(rng.uniform(0, 0.3)), float(rng.uniform(0, 1)), float(rng.uniform(0, 1))
-    )
-    graph = dataclasses.replace(random_training_graph(6, seed=seed), host_link=link)
+    graph, plans = random_plans_with_moves(seed, 0.3)
     checked = away = 0
-    for method, node, after_a_read in itertools.product(("checkpoint_all", "chen_sqrtn"), range(6), (False, True)):
-        plan = solve(graph, None, method=method)
-        if graph.nodes[node].backward or plan.R[:, node].sum() > 1:
-            continue
-        S, moves = moved_everywhere_but_reads(graph, plan.R, plan.S, node, after_a_read=after_a_read)
-        if not moves.copy_in.any():
-            continue
-        cost, usage, _ = moved_cost_and_usage(graph, plan.R, S, moves)
+    for label, R, S, moves in plans:
+        cost, usage, _ = moved_cost_and_usage(graph, R, S, moves)
         for stage in range(graph.size):
             milp = moved_stage_problem(graph, max(usage), stage)
             if milp is None:
                 continue
-            x = _columns(graph, plan.R, S, moves, cost, stage, milp.nodes, float(milp.problem.c[-1]))
+            x = _columns(graph, R, S, moves, cost, stage, milp.nodes, float(milp.problem.c[-1]))
             assert x[-1] >= -1e-9
-            assert milp.problem.max_violation(x) < 1e-9, (method, node, after_a_read, stage)
+            assert milp.problem.max_violation(x) < 1e-9, (label, stage)
             assert milp.problem.c @ x == pytest.approx(cost - graph.least_cost)
             checked += 1
             away += int(x[2 * milp.nodes.size : -1].sum())

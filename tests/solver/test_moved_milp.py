@@ -4,16 +4,14 @@ its simulated cost, and the search moves values where the link is cheap and reco
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
-import numpy as np
 import pytest
 from bound_graphs import moved_chain
 from exhaustive import joint_optimum
-from oracles import moved_cost_and_usage, moved_everywhere_but_reads
+from oracles import moved_cost_and_usage, random_plans_with_moves
 
 from checkmate.errors import InfeasibleBudget
-from checkmate.examples import linear_graph, random_training_graph
+from checkmate.examples import linear_graph
 from checkmate.graph import Graph
 from checkmate.milp.formulation import decode_plan_moves, encode, encode_solution
 from checkmate.milp.scaling import memory_scale
@@ -27,27 +25,17 @@ SLOW = HostLink(to_host_per_byte=5.0, to_device_per_byte=5.0, latency=1.0, overl
 
 @pytest.mark.parametrize("seed", range(4))
 def test_valid_plans_with_moves_are_feasible_points_with_the_simulated_cost(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    link = HostLink(
-        float(rng.uniform(0, 0.2)), float(rng.uniform(0, 0.2)), float(rng.uniform(0, 1)), float(rng.uniform(0, 1))
-    )
-    graph = dataclasses.replace(random_training_graph(6, seed=seed), host_link=link)
+    graph, plans = random_plans_with_moves(seed, 0.2)
     scale = memory_scale(graph)
     checked = 0
-    for method, node, after_a_read in itertools.product(("checkpoint_all", "chen_sqrtn"), range(6), (False, True)):
-        plan = solve(graph, None, method=method)
-        if graph.nodes[node].backward or plan.R[:, node].sum() > 1:
-            continue
-        S, moves = moved_everywhere_but_reads(graph, plan.R, plan.S, node, after_a_read=after_a_read)
-        if not moves.copy_in.any():
-            continue
-        schedule = lower(graph, plan.R, S, moves=moves)
+    for label, R, S, moves in plans:
+        schedule = lower(graph, R, S, moves=moves)
         budget = scale.budget_units(schedule.peak_memory, graph.fixed_memory)
         problem, index = encode(graph, budget, scale)
-        x = encode_solution(graph, index, plan.R, S, moves=moves)
-        assert problem.max_violation(x) < 1e-9, (method, node, after_a_read)
+        x = encode_solution(graph, index, R, S, moves=moves)
+        assert problem.max_violation(x) < 1e-9, label
         assert problem.c @ x == pytest.approx(schedule.cost)
-        assert problem.c @ x == pytest.approx(moved_cost_and_usage(graph, plan.R, S, moves)[0])
+        assert problem.c @ x == pytest.approx(moved_cost_and_usage(graph, R, S, moves)[0])
         decoded = decode_plan_moves(x, index)
         assert (decoded.copy_out == moves.copy_out).all() and (decoded.copy_in == moves.copy_in).all()
         tighter, _ = encode(graph, budget - 1, scale)

@@ -58,6 +58,16 @@ def _host_bytes(step: CompiledStep) -> int:
     return sum(host.numel() for hosts in _copier(step).host_copies.values() for host in hosts)
 
 
+def _gpt_step(*, budget: float, method: str) -> tuple[CompiledStep, torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The small GPT's step by `method` at `budget` with the `FAST` link (FLOP costs), an eager copy, its batch."""
+    model, loss_fn, batch = MODELS["gpt"]()
+    reference = copy.deepcopy(model)
+    step = checkmate.compile(
+        model, loss_fn, batch, budget=budget, method=method, cost_model="flops", measure_memory="never", host_link=FAST
+    )
+    return step, reference, batch
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_plan_that_moves_runs_exactly_within_its_peak(name: str) -> None:
     """At the peak of moving every long hold (`offload_all`, about 60 % of the peak without recomputation), with a
@@ -82,12 +92,7 @@ def test_a_plan_that_moves_runs_exactly_within_its_peak(name: str) -> None:
 def test_a_plan_that_recomputes_and_moves_runs_exactly() -> None:
     """A recomputing plan (Chen's greedy at 70 %) with its long holds moved to host memory: both kinds of step in one
     schedule, bit-equal to eager, within its peak, which is below the recomputing plan's."""
-    model, loss_fn, batch = MODELS["gpt"]()
-    reference = copy.deepcopy(model)
-    step = checkmate.compile(
-        model, loss_fn, batch, budget=0.7, method="chen_greedy", cost_model="flops", measure_memory="never",
-        host_link=FAST,
-    )  # fmt: skip
+    step, reference, batch = _gpt_step(budget=0.7, method="chen_greedy")
     recomputing = step.plan
     mixed = offloaded(step.graph, recomputing, method="chen_greedy, moved")
     assert mixed.moves.any and (mixed.R.sum() > step.graph.size)
@@ -230,12 +235,8 @@ def test_a_smaller_last_batch_and_a_mode_switch_run_their_moves_exactly() -> Non
     its own that moves values too (the link and the method carry over). Each step bit-equal to eager within its
     plan's peak: a state planned while the step runs measures nothing on the device (the link's price in FLOPs is
     measured once)."""
-    model, loss_fn, batch = MODELS["gpt"]()
-    reference = copy.deepcopy(model)
-    step = checkmate.compile(
-        model, loss_fn, batch, budget=1.0, method="offload_all", cost_model="flops", measure_memory="never",
-        host_link=FAST,
-    )  # fmt: skip
+    step, reference, batch = _gpt_step(budget=1.0, method="offload_all")
+    model = step.model
     compare_steps(step, reference, batch, seed=3, context="compiled batch")
     first = step.plan
     smaller = tuple(tensor[:2] for tensor in batch)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 from scipy.optimize import linprog
 
+from checkmate.examples import random_training_graph
 from checkmate.graph import Graph
-from checkmate.moved import Moves
+from checkmate.moved import HostLink, Moves
+from checkmate.solve import solve
 
 
 def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[float, int]:
@@ -259,3 +262,25 @@ def _least_waits(jobs: list[tuple[int, float, int, int]], lent: list[float]) -> 
     )
     assert result.status == 0, result.message
     return float(result.fun)
+
+
+def random_plans_with_moves(seed: int, dearest: float) -> tuple[Graph, list[tuple[str, np.ndarray, np.ndarray, Moves]]]:
+    """A random 6-node training graph with a random host link (each way at most `dearest` per byte), and plans that
+    move one value each (`moved_everywhere_but_reads`) from checkpoint_all's and Chen's: (label, R, S, moves)."""
+    rng = np.random.default_rng(seed)
+    link = HostLink(
+        float(rng.uniform(0, dearest)),
+        float(rng.uniform(0, dearest)),
+        float(rng.uniform(0, 1)),
+        float(rng.uniform(0, 1)),
+    )
+    graph = dataclasses.replace(random_training_graph(6, seed=seed), host_link=link)
+    plans = []
+    for method, node, after_a_read in itertools.product(("checkpoint_all", "chen_sqrtn"), range(6), (False, True)):
+        plan = solve(graph, None, method=method)
+        if graph.nodes[node].backward or plan.R[:, node].sum() > 1:
+            continue
+        S, moves = moved_everywhere_but_reads(graph, plan.R, plan.S, node, after_a_read=after_a_read)
+        if moves.copy_in.any():
+            plans.append((f"{method}, node {node} moved{' after a read' if after_a_read else ''}", plan.R, S, moves))
+    return graph, plans
