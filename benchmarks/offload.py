@@ -3,8 +3,8 @@ plan against recomputation only, offload only and offloading every activation, a
 recomputation down.
 
 Graphs are captured on fake tensors (no memory: `transformers` models from configs, bf16, random weights never
-made) with the flops cost model and `max_nodes=200` (capture merges cheap neighbours; the MILP and the starts of the
-joint search run on 200 nodes), and kept in `benchmarks/graphs/offload/`:
+made) with the flops cost model, one node per op (3,939 nodes for the 8B; the search goes through a coarse graph,
+`checkmate.strategies.large_graph`), and kept in `benchmarks/graphs/offload/`:
 
 * `llama3_8b`: Llama-3-8B's shape (32 layers, hidden 4096, MLP 14336, 32 heads, 8 KV heads, vocab 128256), one
   sequence of 2048 tokens;
@@ -22,9 +22,8 @@ Methods per budget (a fraction of checkpoint_all's peak, fixed memory included):
 * `offload_only`: no recomputation, values moved cheapest per byte first until the budget holds;
 * `offload_all`: no recomputation, every long hold moved (budget-free: a row only where its peak fits).
 
-The peers' plans, on the op-level graph (capture without `max_nodes`, where each op is a node), each at its own peak
-(a budget of its own, where `recompute` and `joint` are planned too, on the 200-node graph: the same ops, costs and
-sizes, merged). Each checkpoints every transformer block as `torch.utils.checkpoint` does: the block's kept nodes held,
+The peers' plans, on the same graph, each at its own peak (a budget of its own, where `recompute` and `joint` are
+planned too). Each checkpoints every transformer block as `torch.utils.checkpoint` does: the block's kept nodes held,
 the others held while the forward reads them and computed again, all at once, in the first backward stage that reads
 the block, then held until their last use; the blocks are found as the residual stream (the longest chain of adds,
 two per block):
@@ -62,7 +61,6 @@ from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
 GRAPHS = Path(__file__).parent / "graphs" / "offload"  # apart from the graph set of `large_graphs.py`
 FLOPS_PER_SECOND = 6e14
 H100 = LinkSpeeds(to_host=55e9, to_device=55e9, latency=10e-6, overlap=1.0)
-MAX_NODES = 200
 FRACTIONS = (1.0, 0.9, 0.8, 0.75, 0.7)
 GIB = 2**30
 
@@ -127,9 +125,9 @@ MODELS: dict[str, Callable[[], tuple[Any, Any, tuple[Any, ...]]]] = {
 LAYERS = {"llama3_8b": 32, "llama32_1b": 16, "vit_large": 24}
 
 
-def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
-    """The model's step captured on fake tensors in bf16 (with `max_nodes`: its graph is also written to
-    `benchmarks/graphs/offload/`)."""
+def captured_model(name: str) -> checkmate.Captured:
+    """The model's step captured on fake tensors in bf16, one node per op; its graph is also written to
+    `benchmarks/graphs/offload/`."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -140,9 +138,8 @@ def captured_model(name: str, max_nodes: int | None) -> checkmate.Captured:
             model, loss_fn, batch = MODELS[name]()
     finally:
         torch.set_default_dtype(default)
-    captured = checkmate.capture(model, loss_fn, batch, cost_model="flops", max_nodes=max_nodes)
-    if max_nodes is not None:
-        write_file(GRAPHS / f"{name}.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8")))
+    captured = checkmate.capture(model, loss_fn, batch, cost_model="flops")
+    write_file(GRAPHS / f"{name}.json.gz", gzip.compress(captured.graph.to_json().encode("utf-8"), mtime=0))
     return captured
 
 
@@ -258,8 +255,8 @@ def _solve(graph: checkmate.Graph, budget: int, method: str, time_limit: float) 
 
 def measure(arguments: argparse.Namespace) -> Iterator[Row]:
     for name in arguments.models:
-        graph = captured_model(name, MAX_NODES).graph
-        op_level = captured_model(name, None)
+        op_level = captured_model(name)
+        graph = op_level.graph
         linked = dataclasses.replace(graph, host_link=H100.priced(FLOPS_PER_SECOND, None))
         kept = checkmate.solve(graph, None, method="checkpoint_all")
         fixed: dict[str, checkmate.Plan] = {
@@ -267,8 +264,7 @@ def measure(arguments: argparse.Namespace) -> Iterator[Row]:
             "offload_all": checkmate.solve(linked, None, method="offload_all"),
         }
         fixed |= peer_plans(op_level, LAYERS[name])
-        print(f"{name}: {graph.size} nodes ({op_level.graph.size} op-level), fixed {graph.fixed_memory / GIB:.2f} GiB",
-              file=sys.stderr)  # fmt: skip
+        print(f"{name}: {graph.size} nodes, fixed {graph.fixed_memory / GIB:.2f} GiB", file=sys.stderr)
         budgets = [(f"{fraction:.0%}", int(fraction * kept.peak_memory)) for fraction in arguments.fractions]
         budgets += [(f"{label}'s peak", fixed[label].peak_memory) for label in PEERS]
         for label, budget in budgets:
