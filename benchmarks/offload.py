@@ -32,8 +32,9 @@ two per block):
   other matrix product kept (`_save_list`, `mm` recomputed every second time).
 The graphs are captured again each run (a few minutes for the largest): the peers need the fx graph.
 
-    .venv/bin/python benchmarks/offload.py --time-limit 60 --fractions 0.9 0.8 --out
-    .venv/bin/python benchmarks/offload.py --models llama3_8b --time-limit 60 --fractions 0.9 0.8 --out --merge
+    .venv/bin/python benchmarks/offload.py --models llama3_8b --time-limit 180 --fractions 0.9 0.8 0.75 --out
+    .venv/bin/python benchmarks/offload.py --models vit_large llama32_1b --time-limit 120 --fractions 0.9 0.8 \
+        --out --merge
     .venv/bin/python benchmarks/offload.py --from-json --markdown   # BENCHMARKS.md's table from the rows
 """
 
