@@ -31,9 +31,7 @@ log = logging.getLogger(__name__)
 RUNGS = (1.0, 1.02, 1.05, 1.1, 1.2)
 # The first rung, the recomputing optimum within the budget itself, takes this share of the starts' time: it is the
 # plan the search would return without the link, and the joint plan must not cost more than it. Near the recomputing
-# floor that search needs most of its time (Llama-3-8B at 72 % of its peak, `benchmarks/offload.py`: with 0.48 of
-# 60 s the joint plan took 529 ms where recomputation alone found 267; with 0.81, 267); where it is proven at once,
-# the other rungs get the rest.
+# floor that search needs most of its time; where it is proven at once, the other rungs get the rest.
 FIRST_RUNG_SHARE = 0.9
 CLOSURE_SHARE = 0.5  # of a looser rung's time, what its closure bound may take (the rest: its answer's plan)
 
