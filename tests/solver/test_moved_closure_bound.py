@@ -77,7 +77,7 @@ def test_never_above_the_exhaustive_joint_optimum(budget: int) -> None:
 
 def test_a_free_link_bounds_at_every_node_once_and_a_dear_one_at_the_closure_bound() -> None:
     """The paper's chain of 8 below its peak: with copies that cost nothing, anything may be away (every node once);
-    with copies dearer than the whole step, nothing may (the closure bound without a link)."""
+    with copies dearer than the whole step, or no host memory, nothing may (the closure bound without a link)."""
     plain = linear_graph(8)
     budget = solve(plain, None, method="checkpoint_all").peak_memory - 3
     closure = closure_bound(plain, budget, time_limit=30).bound
@@ -86,3 +86,5 @@ def test_a_free_link_bounds_at_every_node_once_and_a_dear_one_at_the_closure_bou
     assert moved_closure_bound(free, budget, time_limit=30).bound == pytest.approx(plain.least_cost)
     dear = dataclasses.replace(plain, host_link=HostLink(1e3, 1e3, latency=1e3))
     assert moved_closure_bound(dear, budget, time_limit=30).bound == pytest.approx(closure)
+    no_room = dataclasses.replace(plain, host_link=HostLink(0.0, 0.0, host_memory=0))
+    assert moved_closure_bound(no_room, budget, time_limit=30).bound == pytest.approx(closure)
