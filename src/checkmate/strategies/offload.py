@@ -86,16 +86,17 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
     lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`.
 
     Each round takes the peak stage p and every value held across it and needed again three stages or more after its
-    last need before p (a gap (a, b) around p), each as it would be moved: copied out where it is first made, held on
-    past a while its copy out needs the link time the stages lend (`HostLink.overlap` x compute, less what the plan's
-    copies already use there), its copy back's buffer run started as many stages before b as its copy needs, both
-    clear of p (where the free time before p does not cover a copy out, it ends right after a, and the step waits
-    for it there; where the free time after p does not cover a copy back, its buffer is stage b - 1 alone). Its price
-    is the copy time those stages cannot lend (what it would add to the step, were it alone on the link beside the
-    plan's copies). The values are taken cheapest per byte first (the largest first among those the free link time
-    hides), among those the link's `host_memory` has room for, until stage p's bytes fit the budget. The plan is then
-    built and simulated once (its true time and peak), and the next round starts from its peak. Other gaps of a
-    moved value stay held."""
+    last need before p (a gap (a, b) around p), each as it would be moved: copied out where it is first made (where
+    it is held from there to a; else in stage a), held on past a while its copy out needs the link time the stages
+    lend (`HostLink.overlap` x compute, less what the plan's copies already use there), its copy back's buffer run
+    started as many stages before b as its copy needs, both clear of p (where the free time before p does not cover
+    a copy out, it ends right after a, and the step waits for it there; where the free time after p does not cover a
+    copy back, its buffer is stage b - 1 alone). Its price is the copy time those stages cannot lend (what it would
+    add to the step, were it alone on the link beside the plan's copies). The values are taken cheapest per byte
+    first (the largest first among those the free link time hides), among those the link's `host_memory` has room
+    for, until stage p's bytes fit the budget. The plan is then built (its true time and peak; lowered again by
+    the next round for its peak stage), and the next round starts from its peak. Other gaps of a moved value stay
+    held."""
     link = graph.host_link
     if link is None:
         raise MethodNotApplicable("moves to host memory need a graph with a host link")

@@ -5,9 +5,8 @@ planned batch is at least as large in every dimension (same batch structure, dty
 new batch is traced on fake tensors (cheap: nothing runs), and when its trace has the planned one's structure
 (`checkmate.torch_capture.structure.structure_difference`), it is laid out in the planned step's nodes, priced by
 their costs (`checkmate.torch_capture.capture_as`). The planned R, S and moves to host memory are then a schedule of
-it (on the planned step's host link); the simulator
-prices its memory at the new sizes, and it runs when its peak fits the budget. Otherwise the caller plans the shape
-as `compile` does.
+it (on the planned step's host link); the simulator prices its memory at the new sizes, and it runs when its peak
+fits the budget. Otherwise the caller plans the shape as `compile` does.
 
 The reused plan is valid and fits, but it was made for the larger shape: `CompiledStep.improve` plans the shape for
 itself on request. Not in the background: planning traces the live model while the optimizer updates it, and
