@@ -24,6 +24,6 @@ fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 python3 -c "import torch, highspy; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/device.txt"
-timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/torch/test_cuda.py 2>&1 | tee "$out/pytest_gpu.log"
+timeout 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/torch/test_cuda.py tests/torch/test_backend_moves.py 2>&1 | tee "$out/pytest_gpu.log"
 timeout 420 python3 benchmarks/gpu_check.py --time-limit 30 --repeats 20 --out "$out/gpu_check.json" 2>&1 |
     tee "$out/gpu_check.log"

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from checkmate.byte_sizes import parse_budget, parse_bytes
+from checkmate.byte_sizes import parse_budget
 from checkmate.data_parallel import compile_data_parallel
 from checkmate.errors import InvalidArgument
 from checkmate.executors import executor_named
@@ -29,10 +29,10 @@ from checkmate.options import (
     CostModel,
     ExecutorName,
     GradientMemory,
-    HostOffload,
     MeasureMemory,
     ShardedOptions,
     check_choice,
+    host_offload,
 )
 from checkmate.search_defaults import with_search_defaults
 from checkmate.solve import check_solve_options
@@ -154,7 +154,7 @@ def compile(
     check_solve_options(method, solve_options)
     solve_options = with_search_defaults(method, solve_options)
     check_planning_time_limit(planning_time_limit)
-    offload = _offload(host_budget, host_link)
+    offload = host_offload(host_budget, host_link)
     settings = Settings(
         budget=budget,
         method=method,
@@ -188,23 +188,6 @@ def compile(
         return compile_sharded(model, loss_fn, batch, settings, sharded or ShardedOptions())
     compiled = plan_step(model, loss_fn, batch, settings)
     return CompiledStep(model, loss_fn, settings, {signature_of(batch): compiled}, SingleProcess(model))
-
-
-def _offload(host_budget: int | str | None, host_link: LinkSpeeds | None) -> HostOffload | None:
-    """The moves to host memory `compile` allows (None: none)."""
-    if host_budget is None and host_link is None:
-        return None
-    if host_link is not None and not isinstance(host_link, LinkSpeeds):
-        raise InvalidArgument(f"host_link must be a checkmate.LinkSpeeds, got {type(host_link).__name__}")
-    if host_budget is None:
-        return HostOffload(None, host_link)
-    try:
-        budget = parse_bytes(host_budget)
-    except ValueError as error:
-        raise InvalidArgument(f"cannot read host_budget={host_budget!r} as bytes: {error}") from None
-    if budget < 0 or isinstance(host_budget, float):
-        raise InvalidArgument(f"host_budget must be a byte count >= 0 such as '64GiB', got {host_budget!r}")
-    return HostOffload(budget, host_link)
 
 
 def _is_sharded(model: nn.Module) -> bool:

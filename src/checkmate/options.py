@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from checkmate.byte_sizes import parse_bytes
 from checkmate.errors import InvalidArgument
 from checkmate.moved import LinkSpeeds
 
@@ -78,3 +79,21 @@ class HostOffload:
 
     budget: int | None = None
     speeds: LinkSpeeds | None = None
+
+
+def host_offload(host_budget: int | str | None, host_link: LinkSpeeds | None) -> HostOffload | None:
+    """The moves to host memory that `host_budget` and `host_link` allow (None: none), as `checkmate.compile` and
+    `checkmate.backend` take them."""
+    if host_budget is None and host_link is None:
+        return None
+    if host_link is not None and not isinstance(host_link, LinkSpeeds):
+        raise InvalidArgument(f"host_link must be a checkmate.LinkSpeeds, got {type(host_link).__name__}")
+    if host_budget is None:
+        return HostOffload(None, host_link)
+    try:
+        budget = parse_bytes(host_budget)
+    except ValueError as error:
+        raise InvalidArgument(f"cannot read host_budget={host_budget!r} as bytes: {error}") from None
+    if budget < 0 or isinstance(host_budget, float):
+        raise InvalidArgument(f"host_budget must be a byte count >= 0 such as '64GiB', got {host_budget!r}")
+    return HostOffload(budget, host_link)

@@ -48,11 +48,12 @@ from checkmate.simulate import Compute, Free
 
 @dataclass(frozen=True)
 class CopyStep:
-    """A step of a copy of node `node`'s values, for the plan's move in stage `stage`, run by `copier`."""
+    """A step of a copy of node `node`'s values, for the plan's move in stage `stage`, run by `copier` (a
+    `HostCopier` in a Program; a `torch.compile` region's graphs run theirs, `checkmate.inductor.moved_region`)."""
 
     node: int
     stage: int
-    copier: HostCopier = field(compare=False, repr=False)
+    copier: Any = field(compare=False, repr=False)
 
 
 class StartCopyOut(CopyStep):
@@ -96,7 +97,7 @@ class HostMoves:
 
 
 def placed_copies(
-    steps: Sequence[ScheduleItem], copy_out: np.ndarray, copy_in: np.ndarray, buffered: np.ndarray, copier: HostCopier
+    steps: Sequence[ScheduleItem], copy_out: np.ndarray, copy_in: np.ndarray, buffered: np.ndarray, copier: Any
 ) -> tuple[ScheduleItem, ...]:
     """`steps` with the copies of `copy_out`, `copy_in` and their `buffered` runs (bool[T, T] each) placed among them
     (module doc)."""
@@ -188,7 +189,7 @@ class _Layout:
 
 
 @dataclass
-class _Outbound:
+class Outbound:
     """One node's copy out: its values' layouts, its storages' sizes and host copies (filled by the copy on CPU), the
     device, and the copy's progress."""
 
@@ -213,77 +214,104 @@ class HostCopier:
 
     def __init__(self) -> None:
         self.host_copies: dict[int, list[torch.Tensor]] = {}
-        self.outbound: dict[int, _Outbound] = {}
-        self.inbound: dict[tuple[int, int], tuple[_Outbound, list[torch.Tensor], _Pending]] = {}
+        self.outbound: dict[int, Outbound] = {}
+        self.inbound: dict[tuple[int, int], Inbound] = {}
 
     def copy_out(self, node: int, values: tuple[Any, ...], kept: tuple[bool, ...] | None = None) -> None:
         """Start copying node `node`'s `values` (its exports) to host memory; those `kept` (values that leave the
         step, which it holds anyway) are not copied, and come back as they are."""
-        storages: dict[int, torch.Tensor] = {}
-        layouts = []
-        for position, value in enumerate(values):
-            if not isinstance(value, torch.Tensor) or (kept is not None and kept[position]):
-                layouts.append(_Layout(None, value=value))
-                continue
-            storage = _numbered(storages, value.untyped_storage(), value.device)
-            layouts.append(
-                _Layout(storage, value.dtype, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
-            )
-        sources = list(storages.values())
-        device = sources[0].device if sources else torch.device("cpu")
-        sizes = [source.numel() for source in sources]
-        hosts = self.host_copies.get(node)
-        pending = _Pending()
-        if device.type == "cuda":
-            if hosts is None or [host.numel() for host in hosts] != sizes:
-                hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
-            pending.event = _cuda_copy(sources, hosts, device, _streams(device).to_host)
-        else:
-            if hosts is None or [host.numel() for host in hosts] != sizes:
-                hosts = []  # made by the copy, on its worker thread
-            pending.done = threading.Event()
-            _lanes().to_host.submit(_cpu_copy_out(sources, hosts, sizes, pending))
-        self.host_copies[node] = hosts
-        self.outbound[node] = _Outbound(tuple(layouts), sizes, hosts, device, pending)
+        outbound = start_copy_out(values, kept, self.host_copies.get(node))
+        self.host_copies[node] = outbound.hosts
+        self.outbound[node] = outbound
 
     def end_copy_out(self, node: int) -> None:
         """Wait until node `node`'s copy out is complete (the compute stream waits, on CUDA)."""
-        _wait(self.outbound[node].pending, self.outbound[node].device)
+        wait_for(self.outbound[node].pending, self.outbound[node].device)
 
     def copy_in(self, node: int, stage: int) -> None:
         """Allocate node `node`'s storages on the device and start copying its host copy into them."""
         outbound = self.outbound.get(node)
         if outbound is None:
             raise ExecutionError(f"node {node} is copied back for stage {stage} but was never copied out")
-        device = outbound.device
-        buffers = [torch.empty(size, dtype=torch.uint8, device=device) for size in outbound.sizes]
-        pending = _Pending()
-        if device.type == "cuda":
-            stream = _streams(device).to_device
-            if outbound.pending.event is not None:
-                stream.wait_event(outbound.pending.event)
-            pending.event = _cuda_copy(outbound.hosts, buffers, device, stream)
-        else:
-            pending.done = threading.Event()
-            _lanes().to_device.submit(_cpu_copy_in(outbound, list(buffers), pending))
-        self.inbound[(node, stage)] = (outbound, buffers, pending)
+        self.inbound[(node, stage)] = start_copy_in(outbound)
 
     def end_copy_in(self, node: int, stage: int, last: bool = False) -> tuple[Any, ...]:
         """Wait for node `node`'s copy back for `stage`, and return its values, rebuilt on the new storages; the
         `last` copy back of the step lets go of the copy out."""
-        outbound, buffers, pending = self.inbound.pop((node, stage))
+        inbound = self.inbound.pop((node, stage))
         if last:
             del self.outbound[node]
-        _wait(pending, outbound.device)
-        values = tuple(
-            layout.value
-            if layout.storage is None
-            else torch.empty(0, dtype=layout.dtype, device=outbound.device).set_(
-                buffers[layout.storage].untyped_storage(), layout.offset, layout.size, layout.stride
-            )
-            for layout in outbound.layouts
+        return finish_copy_in(inbound)
+
+
+@dataclass
+class Inbound:
+    """A copy back in flight: the copy out it reads, the device storages it fills, and its progress."""
+
+    outbound: Outbound
+    buffers: list[torch.Tensor]
+    pending: _Pending
+
+
+def start_copy_out(
+    values: tuple[Any, ...], kept: tuple[bool, ...] | None, hosts: list[torch.Tensor] | None
+) -> Outbound:
+    """Start copying the storages of `values` (but those `kept`) into host copies: `hosts` when they have the
+    storages' sizes (a copy of the same values in an earlier step), else new ones."""
+    storages: dict[int, torch.Tensor] = {}
+    layouts = []
+    for position, value in enumerate(values):
+        if not isinstance(value, torch.Tensor) or (kept is not None and kept[position]):
+            layouts.append(_Layout(None, value=value))
+            continue
+        storage = _numbered(storages, value.untyped_storage(), value.device)
+        layouts.append(
+            _Layout(storage, value.dtype, tuple(value.shape), tuple(value.stride()), int(value.storage_offset()))
         )
-        return values
+    sources = list(storages.values())
+    device = sources[0].device if sources else torch.device("cpu")
+    sizes = [source.numel() for source in sources]
+    pending = _Pending()
+    if device.type == "cuda":
+        if hosts is None or [host.numel() for host in hosts] != sizes:
+            hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for size in sizes]
+        pending.event = _cuda_copy(sources, hosts, device, _streams(device).to_host)
+    else:
+        if hosts is None or [host.numel() for host in hosts] != sizes:
+            hosts = []  # made by the copy, on its worker thread
+        pending.done = threading.Event()
+        _lanes().to_host.submit(_cpu_copy_out(sources, hosts, sizes, pending))
+    return Outbound(tuple(layouts), sizes, hosts, device, pending)
+
+
+def start_copy_in(outbound: Outbound) -> Inbound:
+    """Allocate the device storages of `outbound`'s values and start copying its host copies into them."""
+    device = outbound.device
+    buffers = [torch.empty(size, dtype=torch.uint8, device=device) for size in outbound.sizes]
+    pending = _Pending()
+    if device.type == "cuda":
+        stream = _streams(device).to_device
+        if outbound.pending.event is not None:
+            stream.wait_event(outbound.pending.event)
+        pending.event = _cuda_copy(outbound.hosts, buffers, device, stream)
+    else:
+        pending.done = threading.Event()
+        _lanes().to_device.submit(_cpu_copy_in(outbound, list(buffers), pending))
+    return Inbound(outbound, buffers, pending)
+
+
+def finish_copy_in(inbound: Inbound) -> tuple[Any, ...]:
+    """Wait for the copy back `inbound`, and return its values rebuilt on its device storages."""
+    outbound = inbound.outbound
+    wait_for(inbound.pending, outbound.device)
+    return tuple(
+        layout.value
+        if layout.storage is None
+        else torch.empty(0, dtype=layout.dtype, device=outbound.device).set_(
+            inbound.buffers[layout.storage].untyped_storage(), layout.offset, layout.size, layout.stride
+        )
+        for layout in outbound.layouts
+    )
 
 
 def _numbered(storages: dict[int, torch.Tensor], storage: torch.UntypedStorage, device: torch.device) -> int:
@@ -294,7 +322,8 @@ def _numbered(storages: dict[int, torch.Tensor], storage: torch.UntypedStorage, 
     return list(storages).index(key)
 
 
-def _wait(pending: _Pending, device: torch.device) -> None:
+def wait_for(pending: _Pending, device: torch.device) -> None:
+    """Wait (the compute stream, on CUDA; the step's thread, on CPU) until the copy `pending` is complete."""
     if pending.event is not None:
         torch.cuda.current_stream(device).wait_event(pending.event)
         return
@@ -328,7 +357,7 @@ def _cpu_copy_out(
     return _signalling(copy, pending)
 
 
-def _cpu_copy_in(outbound: _Outbound, buffers: list[torch.Tensor], pending: _Pending) -> Callable[[], None]:
+def _cpu_copy_in(outbound: Outbound, buffers: list[torch.Tensor], pending: _Pending) -> Callable[[], None]:
     def copy() -> None:
         assert outbound.pending.done is not None
         outbound.pending.done.wait()

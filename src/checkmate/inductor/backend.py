@@ -22,6 +22,9 @@ A budget in bytes is a limit: a region that cannot fit raises `InfeasibleBudget`
 share of its own peak, as `torch.compile`'s `activation_memory_budget` does: a region that cannot go that low (a small
 region, or one whose inputs and outputs are most of its peak) is planned at the smallest budget known to fit, with
 a warning, so one such region does not stop the training.
+With `host_budget` (or `host_link`), a region's plan may also move values to host memory and back, as
+`checkmate.compile`'s does: the copies are calls of the region's graphs (`checkmate.inductor.moved_region`), and a
+value moved from the forward to the backward is saved as a ticket, not held on the device.
 Regions without gradients (inference) are compiled by Inductor as usual, without a plan. Shapes are static: a new
 input shape makes Dynamo compile (and plan) the region again, as `checkmate.compile` replans a new batch shape.
 """
@@ -48,12 +51,15 @@ from checkmate import disk_cache, solving
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
+from checkmate.execute.linked_graph import with_host_link
 from checkmate.inductor.choice import faster_kernels
-from checkmate.inductor.kernels import compile_kernels, example_value
+from checkmate.inductor.kernels import compile_kernels, example_value, leaving_values
 from checkmate.inductor.memory_traffic import memory_traffic
+from checkmate.inductor.moved_region import RegionCopier, region_steps
 from checkmate.inductor.pricing import priced_graph
 from checkmate.inductor.split import split_schedule
-from checkmate.options import BackendCostModel, check_choice
+from checkmate.moved import LinkSpeeds
+from checkmate.options import BackendCostModel, HostOffload, check_choice, host_offload
 from checkmate.plan import Plan, schedule_of
 from checkmate.search_defaults import with_search_defaults
 from checkmate.solve import check_solve_options, solve
@@ -73,8 +79,10 @@ class PlannedRegion:
         budget: the budget it was planned within, in bytes (for a fraction below what the region can reach, the
             smallest budget known to fit).
         no_remat_peak: its peak without recomputation.
-        plan: the plan it runs (`plan.peak_memory` is its predicted peak, `plan.cost` its compute).
+        plan: the plan it runs (`plan.peak_memory` is its predicted peak, `plan.cost` its compute, `plan.host_peak`
+            the bytes its moves hold in host memory).
         no_remat_cost: the compute of its plan without recomputation.
+        copier: what runs its copies to host memory and back (`RegionCopier.pooled_bytes`: the host copies kept).
     """
 
     index: int
@@ -83,12 +91,14 @@ class PlannedRegion:
     no_remat_peak: int
     plan: Plan
     no_remat_cost: float
+    copier: RegionCopier = dataclasses.field(default_factory=RegionCopier, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class BackendSettings:
     """How `checkmate.backend` plans each region: the budget, the method and its options (with the search
-    defaults), the cost model, the seconds for all of one region's planning, and whether the disk caches are used."""
+    defaults), the cost model, the seconds for all of one region's planning, whether the disk caches are used, and
+    the moves to host memory allowed (None: none)."""
 
     budget: int | float | str
     method: str
@@ -96,6 +106,7 @@ class BackendSettings:
     solve_options: dict[str, Any]
     planning_time_limit: float | None = None
     cache: bool = True
+    offload: HostOffload | None = None
 
 
 class CheckmateBackend:
@@ -169,6 +180,9 @@ class CheckmateBackend:
         captured = dataclasses.replace(
             captured, graph=graph, cost_model="profile" if reprice_costs else captured.cost_model
         )
+        if settings.offload is not None:
+            captured = with_host_link(captured, settings.offload)
+            graph = captured.graph
         no_remat = solve(graph, None, method="checkpoint_all")
         budget = resolve_budget(settings.budget, no_remat.peak_memory)
         solve_started = time.perf_counter()
@@ -204,8 +218,8 @@ class CheckmateBackend:
             format_bytes(no_remat.peak_memory),
             100 * (plan.cost / no_remat.cost - 1) if no_remat.cost else 0.0,
         )
-        schedule = schedule_of(graph, plan)
-        return split_schedule(captured, kernels, schedule, fake_mode=fake_mode, mutated_inputs=mutated)
+        steps = region_steps(schedule_of(graph, plan), kernels, leaving_values(captured), region.copier)
+        return split_schedule(captured, kernels, steps, fake_mode=fake_mode, mutated_inputs=mutated)
 
     def _solve(self, captured: Captured, budget: int, options: dict[str, Any], started: float) -> Plan:
         """The region's plan within `budget` bytes, from the disk cache when possible, its search within what is left
@@ -229,6 +243,8 @@ def backend(
     cost_model: BackendCostModel = "profile",
     planning_time_limit: float | None = None,
     cache: bool = True,
+    host_budget: int | str | None = None,
+    host_link: LinkSpeeds | None = None,
     **solve_options: Any,
 ) -> CheckmateBackend:
     """A `torch.compile` backend that runs each compiled region's forward and backward within `budget`.
@@ -247,6 +263,11 @@ def backend(
         cache: reuse plans and node measures cached on disk (`$CHECKMATE_CACHE_DIR`, default `~/.cache/checkmate`),
             as `checkmate.compile` does: a second run of the same model plans each region from the cache, without
             solving. With False nothing is read from or written to the disk caches.
+        host_budget: let each region's plan move values to host memory and back beside recomputing them, holding at
+            most this many bytes there (an int, or a string such as "64GiB"), as `checkmate.compile` does; None (the
+            default): no moves, unless `host_link` is given (then host memory is not limited).
+        host_link: the link's speeds for planning moves (`checkmate.LinkSpeeds`); None: measured on the region's
+            device at first use and cached.
         **solve_options: options of the method, such as `time_limit=60`: the seconds for each region's search,
             a fraction's fallback to the smallest budget known to fit included. As for `checkmate.compile`,
             "optimal" and "approx" default to a time limit of DEFAULT_TIME_LIMIT and "optimal" stops once its plan
@@ -264,6 +285,7 @@ def backend(
     check_choice("cost_model", cost_model, BackendCostModel)
     solving.check_planning_time_limit(planning_time_limit)
     resolve_budget(budget, 1)
+    offload = host_offload(host_budget, host_link)
     return CheckmateBackend(
         BackendSettings(
             budget,
@@ -272,6 +294,7 @@ def backend(
             with_search_defaults(method, solve_options),
             planning_time_limit=planning_time_limit,
             cache=cache,
+            offload=offload,
         )
     )
 

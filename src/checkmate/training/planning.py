@@ -23,6 +23,7 @@ from checkmate import disk_cache, solving
 from checkmate.byte_sizes import format_bytes, parse_budget, resolve_budget
 from checkmate.captured import Captured
 from checkmate.errors import InfeasibleBudget
+from checkmate.execute.linked_graph import with_host_link
 from checkmate.execute.program import Program
 from checkmate.executors import CaptureChoice, EagerExecutor, Executor
 from checkmate.executors.capture_options import CaptureOptions
@@ -37,7 +38,6 @@ from checkmate.strategies.held_start import HeldStart
 from checkmate.strategies.registry import option_names
 from checkmate.torch_capture import capture
 from checkmate.torch_capture.trace import LossFunction
-from checkmate.training.offload import with_host_link
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,252 @@
+"""A `torch.compile` region's moves to host memory as steps of the forward and backward graphs AOTAutograd runs
+(`checkmate.backend(..., host_budget=...)`).
+
+The copies are placed among the schedule's steps as the executors place them (`checkmate.execute.host_copies.
+placed_copies`), and each becomes a call in the graph of its stage (`checkmate.inductor.split.GraphStep`):
+
+* `copy_out(node, kept, *values)` right after the node's computation (or where a held value's copy starts) starts
+  copying its values to host memory and returns a ticket (below);
+* `end_copy_out(ticket, *values)` where the plan frees the node: it waits for the copy, and reading the values keeps
+  them alive until there, as the plan counts them;
+* `copy_in(ticket)` where the copy back's buffer starts: allocates the device storages and starts the copy; its
+  ticket names the copy back;
+* `end_copy_in(node, last, ticket)` at the start of the stage that reads the node: waits, and returns the values,
+  rebuilt bit for bit on the new storages, which the graph then reads as a computed node's.
+
+A ticket is a one-element int64 tensor over numpy memory, outside every allocator the device meters read, so a copy
+that crosses from the forward to the backward is saved by AOTAutograd as a ticket, not as the device value: the
+forward ends without the value, as the plan says. Each copy's state lives as long as its ticket's memory, so two
+forwards before one backward keep two copies, and a forward whose backward never runs lets go of its copy with its
+autograd graph. A node's host copies return to the region's pool at its last copy back of a step and are reused by
+the next step's copy out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from checkmate.execute.host_copies import (
+    EndCopyIn,
+    EndCopyOut,
+    Inbound,
+    Outbound,
+    StartCopyIn,
+    StartCopyOut,
+    finish_copy_in,
+    placed_copies,
+    start_copy_in,
+    start_copy_out,
+    wait_for,
+)
+from checkmate.inductor.kernels import NodeKernel
+from checkmate.inductor.split import GraphBuilder, GraphStep, named
+from checkmate.simulate import Compute, Free, Schedule
+
+TICKET_OUT = "host_copy_{}_{}"
+TICKET_IN = "copy_back_{}_{}"
+
+
+class RegionCopier:
+    """Runs one region's copies; each copy in flight is named by a ticket (module doc)."""
+
+    def __init__(self) -> None:
+        self._copies: dict[int, Outbound | Inbound] = {}
+        self._pool: defaultdict[int, list[list[torch.Tensor]]] = defaultdict(list)
+        self._numbers = itertools.count()
+
+    def copy_out(self, node: int, kept: tuple[bool, ...], *values: Any) -> torch.Tensor:
+        """Start copying node `node`'s values to host memory (those `kept`, which leave the region, come back as they
+        are) into a pooled host copy where there is one; the copy's ticket."""
+        pool = self._pool[node]
+        return self._ticket(start_copy_out(values, kept, pool.pop() if pool else None))
+
+    def end_copy_out(self, ticket: torch.Tensor, *values: Any) -> None:
+        """Wait until the copy out `ticket` is complete; the device values may be freed after this call."""
+        outbound = self._outbound(ticket)
+        wait_for(outbound.pending, outbound.device)
+
+    def copy_in(self, ticket: torch.Tensor) -> torch.Tensor:
+        """Allocate the device storages of the copy out `ticket` and start copying them back; the copy back's
+        ticket."""
+        return self._ticket(start_copy_in(self._outbound(ticket)))
+
+    def end_copy_in(self, node: int, last: bool, ticket: torch.Tensor) -> tuple[Any, ...]:
+        """Wait for the copy back `ticket`, and return node `node`'s values on their new storages; the `last` copy
+        back of the step returns the host copy to the pool."""
+        inbound = self._copies[int(ticket.item())]
+        assert isinstance(inbound, Inbound)
+        values = finish_copy_in(inbound)
+        if last:
+            self._pool[node].append(inbound.outbound.hosts)
+        return values
+
+    @property
+    def in_flight(self) -> int:
+        """Copies whose tickets are alive."""
+        return len(self._copies)
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of the host copies in the pool (after a step: all of them)."""
+        return sum(host.numel() for hosts in self._pool.values() for copy in hosts for host in copy)
+
+    def _ticket(self, copy: Outbound | Inbound) -> torch.Tensor:
+        number = next(self._numbers)
+        memory = np.array([number], dtype=np.int64)
+        self._copies[number] = copy
+        weakref.finalize(memory, self._copies.pop, number, None)
+        return torch.from_numpy(memory)
+
+    def _outbound(self, ticket: torch.Tensor) -> Outbound:
+        outbound = self._copies[int(ticket.item())]
+        assert isinstance(outbound, Outbound)
+        return outbound
+
+
+def region_steps(
+    schedule: Schedule, kernels: Sequence[NodeKernel], leaving: frozenset[str], copier: RegionCopier
+) -> tuple[Compute | GraphStep, ...]:
+    """The schedule's computations with its copies to host memory and back among them, as steps of the region's
+    graphs; the values in `leaving` (those that leave the region) are not copied."""
+    moves = schedule.moves
+    if not moves.any:
+        return tuple(step for step in schedule.steps if isinstance(step, Compute))
+    T = moves.copy_out.shape[0]
+    placed = placed_copies(schedule.steps, moves.copy_out, moves.copy_in, moves.buffers(T), copier)
+    stages = _stages(placed)
+    copied_out: dict[int, int] = {}
+    steps: list[Compute | GraphStep] = []
+    for item, stage in zip(placed, stages, strict=True):
+        if isinstance(item, Compute):
+            steps.append(item)
+        elif isinstance(item, StartCopyOut):
+            names = kernels[item.node].outputs
+            kept = tuple(name in leaving for name in names)
+            steps.append(_CopyOut(item.stage, item.node, names, kept, copier))
+            copied_out[item.node] = item.stage
+        elif isinstance(item, EndCopyOut):
+            steps.append(_EndCopyOut(stage, item.node, item.stage, kernels[item.node].outputs, copier))
+        elif isinstance(item, StartCopyIn):
+            steps.append(_CopyIn(stage, item.node, copied_out[item.node], item.stage, copier))
+        elif isinstance(item, EndCopyIn):
+            steps.append(_EndCopyIn(stage, item.node, item.stage, kernels[item.node].outputs, bool(item.last), copier))
+    return tuple(steps)
+
+
+def _stages(placed: Sequence[object]) -> list[int]:
+    """The stage whose graph runs each placed step: a computation's, a free's and a copy out's own; any other copy's
+    is that of the computation or free it is placed before (a stage's start, or the free a copy out ends at)."""
+    stages: list[int] = []
+    following = -1
+    for item in reversed(placed):
+        if isinstance(item, Compute | Free):
+            following = item.stage
+        stages.append(item.stage if isinstance(item, Compute | Free | StartCopyOut) else following)
+    stages.reverse()
+    last = max((item.stage for item in placed if isinstance(item, Compute | Free)), default=0)
+    return [last if stage < 0 else stage for stage in stages]
+
+
+def _ticket_meta(builder: GraphBuilder, name: str) -> None:
+    with builder.fake_mode:
+        builder.meta[name] = torch.empty(1, dtype=torch.int64)
+
+
+@dataclass(frozen=True)
+class _CopyOut:
+    stage: int
+    node: int
+    names: tuple[str, ...]
+    kept: tuple[bool, ...]
+    copier: RegionCopier = field(compare=False, repr=False)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.names
+
+    @property
+    def makes(self) -> tuple[str, ...]:
+        return (TICKET_OUT.format(self.node, self.stage),)
+
+    def emit(self, builder: GraphBuilder) -> None:
+        (ticket,) = self.makes
+        _ticket_meta(builder, ticket)
+        function = named(self.copier.copy_out, f"copy_out_{self.node}")
+        values = [builder.read(name) for name in self.names]
+        builder.call(function, [self.node, self.kept, *values], ticket, effect=True)
+
+
+@dataclass(frozen=True)
+class _EndCopyOut:
+    stage: int
+    node: int
+    copied: int
+    names: tuple[str, ...]
+    copier: RegionCopier = field(compare=False, repr=False)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (TICKET_OUT.format(self.node, self.copied), *self.names)
+
+    @property
+    def makes(self) -> tuple[str, ...]:
+        return ()
+
+    def emit(self, builder: GraphBuilder) -> None:
+        function = named(self.copier.end_copy_out, f"end_copy_out_{self.node}")
+        builder.call(function, [builder.read(name) for name in self.reads], None, effect=True)
+
+
+@dataclass(frozen=True)
+class _CopyIn:
+    stage: int
+    node: int
+    copied: int
+    needed: int
+    copier: RegionCopier = field(compare=False, repr=False)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (TICKET_OUT.format(self.node, self.copied),)
+
+    @property
+    def makes(self) -> tuple[str, ...]:
+        return (TICKET_IN.format(self.node, self.needed),)
+
+    def emit(self, builder: GraphBuilder) -> None:
+        (ticket,) = self.makes
+        _ticket_meta(builder, ticket)
+        function = named(self.copier.copy_in, f"copy_in_{self.node}")
+        builder.call(function, [builder.read(name) for name in self.reads], ticket, effect=True)
+
+
+@dataclass(frozen=True)
+class _EndCopyIn:
+    stage: int
+    node: int
+    needed: int
+    names: tuple[str, ...]
+    last: bool
+    copier: RegionCopier = field(compare=False, repr=False)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (TICKET_IN.format(self.node, self.needed),)
+
+    @property
+    def makes(self) -> tuple[str, ...]:
+        return self.names
+
+    def emit(self, builder: GraphBuilder) -> None:
+        function = named(self.copier.end_copy_in, f"end_copy_in_{self.node}")
+        call = builder.call(function, [self.node, self.last, *(builder.read(name) for name in self.reads)], None,
+                            effect=True)  # fmt: skip
+        builder.unpack(call, self.names)
