@@ -12,7 +12,7 @@ from exhaustive import joint_optimum
 from oracles import moved_cost_and_usage, random_plans_with_moves
 
 from checkmate.bounds import closure_bound, moved_closure_bound
-from checkmate.bounds.moved_closure import moved_stage_problem
+from checkmate.bounds.moved_closure import link_columns, moved_stage_problem
 from checkmate.examples import linear_graph
 from checkmate.graph import Graph
 from checkmate.moved import HostLink, Moves
@@ -24,7 +24,8 @@ def _columns(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves, cost: flo
     """The MILP's columns read off a plan by their definitions (module doc of `checkmate.bounds.moved_closure`):
     h_u, u's bytes on the device while node b runs (held out of stage b, copied out in it, or a copy back's
     buffer); r_u, computed in a stage after b; a_u, neither, and copied back after b; X, the cost beyond every node
-    once and the r columns' recomputations, in the X column's unit."""
+    once and the r columns' recomputations, in the X column's unit; then the link's cumulative columns, which those
+    of a and r fix (`link_columns`)."""
     T = graph.size
     buffered, copied_out, copied_in = moves.buffers(T), moves.copied_out(T), moves.copied_in(T)
     held_out = S[stage + 1, nodes] if stage + 1 < T else np.zeros(nodes.size, dtype=bool)
@@ -32,7 +33,8 @@ def _columns(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves, cost: flo
     rebuilt = R[stage + 1 :, nodes].any(axis=0)
     away = ~held & ~rebuilt & copied_in[stage + 1 :, nodes].any(axis=0)
     extra = cost - graph.least_cost - float(graph.recompute_costs[nodes] @ rebuilt)
-    return np.concatenate([held, rebuilt, away, [extra / unit]]).astype(np.float64)
+    core = np.concatenate([held, rebuilt, away, [extra / unit]]).astype(np.float64)
+    return np.concatenate([core, link_columns(graph, stage, nodes, rebuilt, away)])
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -49,12 +51,13 @@ def test_every_row_holds_for_every_plan_with_moves(seed: int) -> None:
             milp = moved_stage_problem(graph, max(usage), stage)
             if milp is None:
                 continue
-            x = _columns(graph, R, S, moves, cost, stage, milp.nodes, float(milp.problem.c[-1]))
-            assert x[-1] >= -1e-9
+            x = _columns(graph, R, S, moves, cost, stage, milp.nodes, float(milp.problem.c[3 * milp.nodes.size]))
+            n = milp.nodes.size
+            assert x[3 * n] >= -1e-9
             assert milp.problem.max_violation(x) < 1e-9, (label, stage)
             assert milp.problem.c @ x == pytest.approx(cost - graph.least_cost)
             checked += 1
-            away += int(x[2 * milp.nodes.size : -1].sum())
+            away += int(x[2 * n : 3 * n].sum())
     assert checked > 0 and away > 0
 
 
@@ -63,7 +66,7 @@ def test_never_above_the_exhaustive_joint_optimum(budget: int) -> None:
     """On the chain where moving, holding and recomputing its first output compete (`bound_graphs.moved_chain`),
     the bound is at most the cheapest plan with moves that the exhaustive search finds, at each budget; where that
     optimum moves (7-10 bytes) the bound is above every node once but below the closure bound of the same graph
-    without its link (which only recomputes)."""
+    without its link (which only recomputes), and its answer moves a value."""
     graph = moved_chain()
     best = joint_optimum(graph, budget)
     assert best is not None
@@ -73,6 +76,7 @@ def test_never_above_the_exhaustive_joint_optimum(budget: int) -> None:
     assert found.bound <= plain.bound + 1e-9
     if budget <= 10:
         assert found.bound < plain.bound - 1
+        assert found.away is not None and found.away.size > 0
 
 
 def test_a_free_link_bounds_at_every_node_once_and_a_dear_one_at_the_closure_bound() -> None:

@@ -77,6 +77,8 @@ class ClosureBound:
         held: the nodes the answer of `stage`'s MILP holds out of that stage (h = 1), or None without one.
         rebuilt: the nodes that answer rebuilds after the stage (r = 1, h = 0), or None: with `held`, a starting
             point for a plan (`checkmate.strategies.closure_start`), not a plan.
+        away: the nodes that answer moves to host memory across the stage (a = 1, with moves:
+            `checkmate.bounds.moved_closure`; empty without), or None.
     """
 
     bound: float
@@ -85,6 +87,7 @@ class ClosureBound:
     seconds: float
     held: np.ndarray | None = field(default=None, compare=False)
     rebuilt: np.ndarray | None = field(default=None, compare=False)
+    away: np.ndarray | None = field(default=None, compare=False)
 
 
 def closure_bound(
@@ -126,7 +129,7 @@ def closure_bound(
         )
     every_node_once = graph.least_cost
     best, best_stage, proven = 0.0, None, True
-    answer: tuple[np.ndarray, np.ndarray] | None = None
+    answer: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     for stage in tightest_stages(graph, budget, stages):
         left = None if time_limit is None else time_limit - (time.perf_counter() - started)
         milp = problem_of(graph, budget, stage)
@@ -150,8 +153,8 @@ def closure_bound(
             answer = None if x is None else stage_answer(milp.nodes, x)
     seconds = time.perf_counter() - started
     log.info("closure bound: +%.6g over every node once, at stage %s (%.2f s)", best, best_stage, seconds)
-    held, rebuilt = answer if answer is not None else (None, None)
-    return ClosureBound(every_node_once + best, best_stage, proven, seconds, held, rebuilt)
+    held, rebuilt, away = answer if answer is not None else (None, None, None)
+    return ClosureBound(every_node_once + best, best_stage, proven, seconds, held, rebuilt, away)
 
 
 def tightest_stages(graph: Graph, budget: int, count: int) -> np.ndarray:
@@ -233,10 +236,13 @@ def _ancestors(graph: Graph, nodes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(marked)
 
 
-def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The nodes a stage MILP's solution holds out of the stage, and those it rebuilds after it without holding."""
-    held = x[: nodes.size] > 0.5
-    return nodes[held], nodes[(x[nodes.size : 2 * nodes.size] > 0.5) & ~held]
+def stage_answer(nodes: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nodes a stage MILP's solution holds out of the stage, those it rebuilds after it without holding, and
+    those it moves to host memory across it (the a columns of a MILP with moves; none without)."""
+    n = nodes.size
+    held = x[:n] > 0.5
+    away = x[2 * n : 3 * n] > 0.5 if x.size > 2 * n else np.zeros(n, dtype=bool)
+    return nodes[held], nodes[(x[n : 2 * n] > 0.5) & ~held], nodes[away & ~held]
 
 
 def solve_stage(

@@ -36,22 +36,24 @@ least sum c'_u r_u, the rest is within X.
 Host memory (row `sum bytes_u a_u <= host_memory`): every copied-out value holds host memory to the end of the step.
 
 Cost. At least every node once + sum c'_u r_u + X, for each stage b: a proven lower bound on the step time of any
-plan with or without moves. A cut is a node of F (out) or a stage (back); `CUTS` of each, evenly spread, keep the
-rows few (fewer cuts: a weaker bound, never an invalid one).
+plan with or without moves. A cut is every movable node of F (out) and every first stage after b that reads one
+(back). The sums over a cut are cumulative columns, one per movable node in each direction (out_j >= out_(j+1) +
+work_j a_j in node order, back_j >= back_(j-1) + work_j a_j in order of first use after b), and the recomputations'
+lending is one column (lent <= overlap x sum c'_u r_u): each cut is a row of three entries, so every cut is
+kept and the MILP stays as sparse as the closure bound's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from checkmate.bounds.closure import ClosureBound, StageMilp, closure_bound, stage_problem
 from checkmate.graph import Graph
-
-CUTS = 48
 
 
 def moved_closure_bound(
@@ -78,7 +80,8 @@ def moved_closure_bound(
 
 def moved_stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | None:
     """The closure MILP of `stage` with the a columns, X and the link's rows (module doc); the closure MILP itself on
-    a graph without a host link; None when nothing crosses the stage."""
+    a graph without a host link; None when nothing crosses the stage. Its columns are [h | r | a | X | out | back |
+    lent] (`link_columns`)."""
     base = stage_problem(graph, budget, stage)
     link = graph.host_link
     if base is None or link is None:
@@ -86,71 +89,148 @@ def moved_stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | No
     nodes, problem = base.nodes, base.problem
     n = nodes.size
     unit = float(max(problem.c.max(initial=0.0), 1.0))  # X in units of the largest recomputation: rows scale alike
-    costs = graph.costs
-    least_before = np.concatenate([[0.0], np.cumsum(costs)])  # least_before[k]: every node once in stages < k
-    sizes = graph.memory[nodes]
-    movable = sizes > 0
-    out_work = np.where(movable, link.to_host_costs(sizes), 0.0)
-    in_work = np.where(movable, link.to_device_costs(sizes), 0.0)
+    least_before = np.concatenate([[0.0], np.cumsum(graph.costs)])  # least_before[k]: every node once in stages < k
+    orders = _link_orders(graph, stage, nodes)
+    m_out, m_in = orders.out.size, orders.back.size
+    columns = 3 * n + 1 + m_out + m_in + 1
+    x_column, out_columns = 3 * n, 3 * n + 1 + np.arange(m_out)
+    in_columns, lent_column = 3 * n + 1 + m_out + np.arange(m_in), columns - 1
 
     # the a columns join the crossing rows and the closure rows' sources
-    links = [
-        (np.arange(base.crossing.size), base.crossing),
-        (base.crossing.size + np.arange(base.sources.size), base.sources),
-    ]
-    rows = np.concatenate([row for row, _ in links])
-    a_block = sp.csc_array(
-        (np.ones(rows.size), (rows, np.concatenate([column for _, column in links]))), shape=(problem.A.shape[0], n)
+    joining = np.concatenate([base.crossing, base.sources])
+    a_block = sp.csc_array((np.ones(joining.size), (np.arange(joining.size), joining)), shape=(problem.A.shape[0], n))
+    A = sp.hstack([problem.A, a_block, sp.csc_array((problem.A.shape[0], columns - 3 * n))], format="csc")
+    rows = _Rows(columns)
+
+    # the link out, in node order: out_j - out_(j+1) - work_j a_j >= 0 (out_j: the copies of the values made in stage
+    # node_j or later), and a cut per node: out_j - X <= overlap x least(node_j..b-1)
+    j = np.arange(m_out)
+    work = link.to_host_costs(graph.memory[nodes[orders.out]]) / unit
+    chain = j[:-1]
+    rows.add(
+        np.concatenate([j, j, chain]),
+        np.concatenate([out_columns, 2 * n + orders.out, out_columns[chain + 1]]),
+        np.concatenate([np.ones(m_out), -work, -np.ones(chain.size)]),
+        lower=np.zeros(m_out),
     )
-    A = sp.hstack([problem.A, a_block, sp.csc_array((problem.A.shape[0], 1))], format="csc")
+    cuts = nodes[orders.out]
+    rows.add(
+        np.concatenate([j, j]),
+        np.concatenate([out_columns, np.full(m_out, x_column)]),
+        np.concatenate([np.ones(m_out), -np.ones(m_out)]),
+        upper=link.overlap * (least_before[stage] - least_before[cuts]) / unit,
+    )
 
-    # the link out: one row per cut k over the movable nodes of F, every node made in stage k or later
-    cuts_out = _spread(nodes[movable])
-    out_rows = (nodes[None, :] >= cuts_out[:, None]) * out_work[None, :]
-    out_room = link.overlap * (least_before[stage] - least_before[cuts_out])
+    # the link back, in order of the first stage after b that reads each node (its due): back_j - back_(j-1) -
+    # work_j a_j >= 0, lent - overlap x (the r columns' recomputations) <= 0, and a cut per due k: back_j - lent - X
+    # <= overlap x least(b+1..k-1) for the last j due by k
+    j = np.arange(m_in)
+    work = link.to_device_costs(graph.memory[nodes[orders.back]]) / unit
+    chain = j[1:]
+    rows.add(
+        np.concatenate([j, j, chain]),
+        np.concatenate([in_columns, 2 * n + orders.back, in_columns[chain - 1]]),
+        np.concatenate([np.ones(m_in), -work, -np.ones(chain.size)]),
+        lower=np.zeros(m_in),
+    )
+    recomputed = np.flatnonzero(problem.c[n : 2 * n])
+    rows.add(
+        np.zeros(recomputed.size + 1, dtype=np.int64),
+        np.concatenate([[lent_column], n + recomputed]),
+        np.concatenate([[1.0], -link.overlap * problem.c[n + recomputed] / unit]),
+        upper=np.zeros(1),
+    )
+    last = np.flatnonzero(np.append(orders.due[1:] != orders.due[:-1], True)) if m_in else np.zeros(0, np.int64)
+    cut = np.arange(last.size)
+    rows.add(
+        np.concatenate([cut, cut, cut]),
+        np.concatenate([in_columns[last], np.full(last.size, lent_column), np.full(last.size, x_column)]),
+        np.concatenate([np.ones(last.size), -np.ones(last.size), -np.ones(last.size)]),
+        upper=link.overlap * (least_before[orders.due[last]] - least_before[stage + 1]) / unit,
+    )
 
-    # the link back: one row per cut k over the first stages after b that read a node of F
-    users_after = [[user for user in graph.users[node] if user > stage] for node in nodes.tolist()]
-    due = np.array([users[0] if users else graph.size for users in users_after], dtype=np.int64)
-    cuts_in = _spread(np.unique(due[movable]))
-    in_rows = (due[None, :] <= cuts_in[:, None]) * in_work[None, :]
-    in_room = link.overlap * (least_before[cuts_in] - least_before[stage + 1])
-    recomputed = link.overlap * problem.c[n : 2 * n]  # the r columns' recomputations lend link time after b
-
-    # rows over [h | r | a | X], in cost units over `unit`; every row's lower side is open
-    x_column = -np.ones((1, 1))
-    blocks = [
-        np.hstack([np.zeros((cuts_out.size, 2 * n)), out_rows / unit, np.repeat(x_column, cuts_out.size, axis=0)]),
-        np.hstack(
-            [
-                np.zeros((cuts_in.size, n)),
-                -np.repeat(recomputed[None, :], cuts_in.size, axis=0) / unit,
-                in_rows / unit,
-                np.repeat(x_column, cuts_in.size, axis=0),
-            ]
-        ),
-    ]
-    limits = [out_room / unit, in_room / unit]
+    # host memory
     if link.host_memory is not None:
+        sizes = graph.memory[nodes]
         largest = float(max(int(sizes.max(initial=0)), 1))
-        blocks.append(np.concatenate([np.zeros(2 * n), sizes / largest, [0.0]])[None, :])
-        limits.append(np.array([link.host_memory / largest]))
-    upper = np.concatenate(limits)
+        rows.add(
+            np.zeros(n, dtype=np.int64),
+            2 * n + np.arange(n),
+            sizes / largest,
+            upper=np.array([link.host_memory / largest]),
+        )
+    link_rows, lower, upper = rows.matrix()
+    movable = graph.memory[nodes] > 0
     moved = dataclasses.replace(
         problem,
-        c=np.concatenate([problem.c, np.zeros(n), [unit]]),
-        A=sp.vstack([A, *(sp.csc_array(block) for block in blocks)], format="csc"),
-        row_lower=np.concatenate([problem.row_lower, np.full(upper.size, -np.inf)]),
+        c=np.concatenate([problem.c, np.zeros(n), [unit], np.zeros(columns - 3 * n - 1)]),
+        A=sp.vstack([A, link_rows], format="csc"),
+        row_lower=np.concatenate([problem.row_lower, lower]),
         row_upper=np.concatenate([problem.row_upper, upper]),
-        col_lower=np.concatenate([problem.col_lower, np.zeros(n + 1)]),
-        col_upper=np.concatenate([problem.col_upper, movable.astype(np.float64), [np.inf]]),
-        integer=np.concatenate([problem.integer, np.ones(n, dtype=bool), [False]]),
+        col_lower=np.concatenate([problem.col_lower, np.zeros(columns - 2 * n)]),
+        col_upper=np.concatenate([problem.col_upper, movable.astype(np.float64), np.full(columns - 3 * n, np.inf)]),
+        integer=np.concatenate([problem.integer, np.ones(n, dtype=bool), np.zeros(columns - 3 * n, dtype=bool)]),
     )
     return dataclasses.replace(base, problem=moved)
 
 
-def _spread(values: np.ndarray) -> np.ndarray:
-    """At most `CUTS` of the sorted `values`, evenly spread, the first among them."""
-    if values.size <= CUTS:
-        return values
-    return np.unique(values[np.linspace(0, values.size - 1, CUTS).astype(np.int64)])
+def link_columns(graph: Graph, stage: int, nodes: np.ndarray, rebuilt: np.ndarray, away: np.ndarray) -> np.ndarray:
+    """The columns after X of `moved_stage_problem`'s MILP for the r and a columns `rebuilt` and `away` (bool over
+    `nodes`): the copies out of the values made at or after each movable node, the copies back due by each, and the
+    link time the recomputations after the stage lend, each in the X column's unit."""
+    link = graph.host_link
+    assert link is not None
+    unit = float(max(graph.recompute_costs[nodes].max(initial=0.0), 1.0))
+    orders = _link_orders(graph, stage, nodes)
+    out = link.to_host_costs(graph.memory[nodes[orders.out]]) * away[orders.out]
+    back = link.to_device_costs(graph.memory[nodes[orders.back]]) * away[orders.back]
+    lent = link.overlap * float(graph.recompute_costs[nodes] @ rebuilt)
+    return np.concatenate([np.cumsum(out[::-1])[::-1], np.cumsum(back), [lent]]) / unit
+
+
+@dataclass(frozen=True)
+class _LinkOrders:
+    """The movable nodes of F (positions into it) in the order of the link's rows: `out` by node, `back` by `due`, the
+    first stage after b that reads each (the graph's size for a node read after b only by a rebuild)."""
+
+    out: np.ndarray
+    back: np.ndarray
+    due: np.ndarray
+
+
+def _link_orders(graph: Graph, stage: int, nodes: np.ndarray) -> _LinkOrders:
+    movable = np.flatnonzero(graph.memory[nodes] > 0)
+    users_after = [[user for user in graph.users[int(node)] if user > stage] for node in nodes[movable].tolist()]
+    due = np.array([users[0] if users else graph.size for users in users_after], dtype=np.int64)
+    by_due = np.argsort(due, kind="stable")
+    return _LinkOrders(movable, movable[by_due], due[by_due])
+
+
+class _Rows:
+    """Blocks of sparse rows over `columns` columns, each with its rows' bounds (open where not given)."""
+
+    def __init__(self, columns: int) -> None:
+        self.columns = columns
+        self.blocks: list[sp.csc_array] = []
+        self.lower: list[np.ndarray] = []
+        self.upper: list[np.ndarray] = []
+
+    def add(
+        self,
+        rows: np.ndarray,
+        columns: np.ndarray,
+        values: np.ndarray,
+        *,
+        lower: np.ndarray | None = None,
+        upper: np.ndarray | None = None,
+    ) -> None:
+        """Rows 0.. of a block: `values` at (`rows`, `columns`), with `lower` and `upper` (one of them given)."""
+        bounds = lower if lower is not None else upper
+        assert bounds is not None
+        count = bounds.size
+        self.blocks.append(sp.csc_array((values, (rows, columns)), shape=(count, self.columns)))
+        self.lower.append(np.full(count, -np.inf) if lower is None else lower)
+        self.upper.append(np.full(count, np.inf) if upper is None else upper)
+
+    def matrix(self) -> tuple[sp.csc_array, np.ndarray, np.ndarray]:
+        return sp.vstack(self.blocks, format="csc"), np.concatenate(self.lower), np.concatenate(self.upper)

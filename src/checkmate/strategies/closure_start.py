@@ -87,7 +87,7 @@ def closure_start(
         _, _, x = solve_stage(problem, left, should_stop, interrupted)
         if x is None:
             break
-        held, rebuilt = stage_answer(milp.nodes, x)
+        held, rebuilt, _ = stage_answer(milp.nodes, x)
         answer = _Answer(answer.stage, held, rebuilt)
         plan = _plan(graph, answer, method)
     log.info("closure start: cost %.6g, peak %d for a budget of %d", plan.cost, plan.peak_memory, budget)

@@ -81,9 +81,20 @@ def offload_all(graph: Graph, budget: int | None) -> Plan:
     return cheapest_within([offloaded(graph, kept, method="offload_all")], budget, method="offload_all")
 
 
-def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadline: float | None = None) -> Plan | None:
+def offload_to_fit(
+    graph: Graph,
+    plan: Plan,
+    budget: int,
+    *,
+    method: str,
+    deadline: float | None = None,
+    preferred: frozenset[int] = frozenset(),
+) -> Plan | None:
     """`plan` with values moved to host memory until its peak fits `budget` bytes; None when no move is left that
-    lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`.
+    lowers the stage at the peak, or when `time.perf_counter()` passes `deadline`. Values `preferred` are taken
+    before the others, and a copy out of theirs that the free link time before the peak does not cover runs on to
+    the stage before it instead of ending after the value's last need (the closure bound's answer with moves,
+    `checkmate.strategies.offload_starts`, whose copies the link carries in aggregate).
 
     Each round takes the peak stage p and every value held across it and needed again three stages or more after its
     last need before p (a gap (a, b) around p), each as it would be moved: copied out where it is first made (where
@@ -137,14 +148,24 @@ def offload_to_fit(graph: Graph, plan: Plan, budget: int, *, method: str, deadli
                 if int(graph.memory[i]) <= room
                 and (
                     move := _priced_move(
-                        i, int(graph.memory[i]), start, a, b, p, out_costs[i], in_costs[i], free_out, free_in
+                        i,
+                        int(graph.memory[i]),
+                        start,
+                        a,
+                        b,
+                        p,
+                        out_costs[i],
+                        in_costs[i],
+                        free_out,
+                        free_in,
+                        hold_on=i in preferred,
                     )
                 )
                 is not None
             ]
             if not priced:
                 break
-            _, _, i, start, held_until, first_buffer, b = min(priced)
+            _, _, i, start, held_until, first_buffer, b = min(priced, key=lambda move: (move[2] not in preferred, move))
             del gaps[i]
             S[held_until + 1 : b + 1, i] = False
             out[start, i] = True
@@ -176,6 +197,8 @@ def _priced_move(
     in_cost: float,
     free_out: np.ndarray,
     free_in: np.ndarray,
+    *,
+    hold_on: bool = False,
 ) -> tuple[float, int, int, int, int, int, int] | None:
     """Node i's gap (a, b) around the peak stage p moved (`offload_to_fit`), its copy out started in stage `start`
     (it is held from there to a): (its price per byte, minus its `size` bytes, i, start, the last stage it stays
@@ -184,7 +207,9 @@ def _priced_move(
     smallest first, then the largest value (fewer copies for the same bytes)."""
     held_until = max(a, _stages_covering(free_out, start, out_cost, forward=True))
     if held_until > p - 1:
-        held_until = a  # the free link time before p does not cover it: the step waits for it after its last need
+        # the free link time before p does not cover it: the step waits for it after its last need, or (`hold_on`)
+        # the copy runs on to the stage before p, beside the other copies' (where the link can carry them all)
+        held_until = p - 1 if hold_on else a
     first_buffer = min(b - 1, _stages_covering(free_in, b - 1, in_cost, forward=False))
     if first_buffer < p + 1:
         first_buffer = b - 1  # nor after p: the step waits for it before its next need

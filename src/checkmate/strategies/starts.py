@@ -167,19 +167,18 @@ def starting_plans(
             raise
     if plain is not graph and not control.stopped:
         time_limit = control.share(policy.moved_bound_share, minimum=policy.retention_minimum)
-        bound = max(
-            bound,
-            moved_closure_bound(
-                graph,
-                budget,
-                time_limit=time_limit,
-                load_seconds_per_variable=policy.load_seconds_per_variable,
-                should_stop=lambda: control.stopped,
-                interrupted=lambda: control.interrupted,
-            ).bound,
+        answer = moved_closure_bound(
+            graph,
+            budget,
+            time_limit=time_limit,
+            load_seconds_per_variable=policy.load_seconds_per_variable,
+            should_stop=lambda: control.stopped,
+            interrupted=lambda: control.interrupted,
         )
+        bound = max(bound, answer.bound)
         control.report("moved closure bound", bound=bound)
-        moved = moved_starts(graph, budget, control.child(control.share(policy.moved_starts_share)), method=method)
+        starting = control.child(control.share(policy.moved_starts_share))
+        moved = moved_starts(graph, budget, starting, method=method, answer=answer)
         if moved is not None:
             plans.append(moved)
             control.report("moved starts", cost=moved.cost)
