@@ -88,7 +88,7 @@ def moved_stage_problem(graph: Graph, budget: int, stage: int) -> StageMilp | No
         return base
     nodes, problem = base.nodes, base.problem
     n = nodes.size
-    unit = float(max(problem.c.max(initial=0.0), 1.0))  # X in units of the largest recomputation: rows scale alike
+    unit = _x_unit(graph, nodes)
     least_before = np.concatenate([[0.0], np.cumsum(graph.costs)])  # least_before[k]: every node once in stages < k
     orders = _link_orders(graph, stage, nodes)
     m_out, m_in = orders.out.size, orders.back.size
@@ -180,12 +180,17 @@ def link_columns(graph: Graph, stage: int, nodes: np.ndarray, rebuilt: np.ndarra
     link time the recomputations after the stage lend, each in the X column's unit."""
     link = graph.host_link
     assert link is not None
-    unit = float(max(graph.recompute_costs[nodes].max(initial=0.0), 1.0))
+    unit = _x_unit(graph, nodes)
     orders = _link_orders(graph, stage, nodes)
     out = link.to_host_costs(graph.memory[nodes[orders.out]]) * away[orders.out]
     back = link.to_device_costs(graph.memory[nodes[orders.back]]) * away[orders.back]
     lent = link.overlap * float(graph.recompute_costs[nodes] @ rebuilt)
     return np.concatenate([np.cumsum(out[::-1])[::-1], np.cumsum(back), [lent]]) / unit
+
+
+def _x_unit(graph: Graph, nodes: np.ndarray) -> float:
+    """The unit of X and the link's columns and rows: the largest recomputation of F, so that the rows scale alike."""
+    return float(max(graph.recompute_costs[nodes].max(initial=0.0), 1.0))
 
 
 @dataclass(frozen=True)

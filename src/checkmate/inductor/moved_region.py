@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from checkmate.execute.host_copies import (
+    CopyStep,
     EndCopyIn,
     EndCopyOut,
     Inbound,
@@ -127,17 +128,28 @@ def region_steps(
     for item, stage in zip(placed, stages, strict=True):
         if isinstance(item, Compute):
             steps.append(item)
-        elif isinstance(item, StartCopyOut):
-            names = kernels[item.node].outputs
+            continue
+        if not isinstance(item, CopyStep):
+            continue  # a free: fx frees each value after its last reader
+        node, names = item.node, kernels[item.node].outputs
+        if isinstance(item, StartCopyOut):
             kept = tuple(name in leaving for name in names)
-            steps.append(_CopyOut(item.stage, item.node, names, kept, copier))
-            copied_out[item.node] = item.stage
+            copy_out = named(copier.copy_out, f"copy_out_{node}")
+            steps.append(
+                _CopyCall(item.stage, copy_out, (node, kept), names, ticket=TICKET_OUT.format(node, item.stage))
+            )
+            copied_out[node] = item.stage
         elif isinstance(item, EndCopyOut):
-            steps.append(_EndCopyOut(stage, item.node, item.stage, kernels[item.node].outputs, copier))
+            ticket = TICKET_OUT.format(node, item.stage)
+            steps.append(_CopyCall(stage, named(copier.end_copy_out, f"end_copy_out_{node}"), (), (ticket, *names)))
         elif isinstance(item, StartCopyIn):
-            steps.append(_CopyIn(stage, item.node, copied_out[item.node], item.stage, copier))
+            ticket = TICKET_OUT.format(node, copied_out[node])
+            copy_in = named(copier.copy_in, f"copy_in_{node}")
+            steps.append(_CopyCall(stage, copy_in, (), (ticket,), ticket=TICKET_IN.format(node, item.stage)))
         elif isinstance(item, EndCopyIn):
-            steps.append(_EndCopyIn(stage, item.node, item.stage, kernels[item.node].outputs, bool(item.last), copier))
+            end_copy_in = named(copier.end_copy_in, f"end_copy_in_{node}")
+            ticket = TICKET_IN.format(node, item.stage)
+            steps.append(_CopyCall(stage, end_copy_in, (node, bool(item.last)), (ticket,), unpacked=names))
     return tuple(steps)
 
 
@@ -155,98 +167,26 @@ def _stages(placed: Sequence[object]) -> list[int]:
     return [last if stage < 0 else stage for stage in stages]
 
 
-def _ticket_meta(builder: GraphBuilder, name: str) -> None:
-    with builder.fake_mode:
-        builder.meta[name] = torch.empty(1, dtype=torch.int64)
-
-
 @dataclass(frozen=True)
-class _CopyOut:
-    stage: int
-    node: int
-    names: tuple[str, ...]
-    kept: tuple[bool, ...]
-    copier: RegionCopier = field(compare=False, repr=False)
+class _CopyCall:
+    """One call of the region's copier in the graph of `stage`: `function` on the `constants`, then the values
+    `reads`; it returns the `ticket` of the copy it starts, or the values `unpacked` of the copy back it ends, or
+    nothing."""
 
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return self.names
+    stage: int
+    function: Callable[..., Any] = field(compare=False, repr=False)
+    constants: tuple[Any, ...]
+    reads: tuple[str, ...]
+    ticket: str | None = None
+    unpacked: tuple[str, ...] = ()
 
     @property
     def makes(self) -> tuple[str, ...]:
-        return (TICKET_OUT.format(self.node, self.stage),)
+        return self.unpacked if self.ticket is None else (self.ticket,)
 
     def emit(self, builder: GraphBuilder) -> None:
-        (ticket,) = self.makes
-        _ticket_meta(builder, ticket)
-        function = named(self.copier.copy_out, f"copy_out_{self.node}")
-        values = [builder.read(name) for name in self.names]
-        builder.call(function, [self.node, self.kept, *values], ticket, effect=True)
-
-
-@dataclass(frozen=True)
-class _EndCopyOut:
-    stage: int
-    node: int
-    copied: int
-    names: tuple[str, ...]
-    copier: RegionCopier = field(compare=False, repr=False)
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return (TICKET_OUT.format(self.node, self.copied), *self.names)
-
-    @property
-    def makes(self) -> tuple[str, ...]:
-        return ()
-
-    def emit(self, builder: GraphBuilder) -> None:
-        function = named(self.copier.end_copy_out, f"end_copy_out_{self.node}")
-        builder.call(function, [builder.read(name) for name in self.reads], None, effect=True)
-
-
-@dataclass(frozen=True)
-class _CopyIn:
-    stage: int
-    node: int
-    copied: int
-    needed: int
-    copier: RegionCopier = field(compare=False, repr=False)
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return (TICKET_OUT.format(self.node, self.copied),)
-
-    @property
-    def makes(self) -> tuple[str, ...]:
-        return (TICKET_IN.format(self.node, self.needed),)
-
-    def emit(self, builder: GraphBuilder) -> None:
-        (ticket,) = self.makes
-        _ticket_meta(builder, ticket)
-        function = named(self.copier.copy_in, f"copy_in_{self.node}")
-        builder.call(function, [builder.read(name) for name in self.reads], ticket, effect=True)
-
-
-@dataclass(frozen=True)
-class _EndCopyIn:
-    stage: int
-    node: int
-    needed: int
-    names: tuple[str, ...]
-    last: bool
-    copier: RegionCopier = field(compare=False, repr=False)
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return (TICKET_IN.format(self.node, self.needed),)
-
-    @property
-    def makes(self) -> tuple[str, ...]:
-        return self.names
-
-    def emit(self, builder: GraphBuilder) -> None:
-        function = named(self.copier.end_copy_in, f"end_copy_in_{self.node}")
-        call = builder.call(function, [self.node, self.last, *(builder.read(name) for name in self.reads)], None,
-                            effect=True)  # fmt: skip
-        builder.unpack(call, self.names)
+        if self.ticket is not None:
+            with builder.fake_mode:
+                builder.meta[self.ticket] = torch.empty(1, dtype=torch.int64)
+        call = builder.call(self.function, [*self.constants, *(builder.read(name) for name in self.reads)], self.ticket)
+        builder.unpack(call, self.unpacked)

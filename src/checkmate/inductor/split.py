@@ -188,19 +188,16 @@ class GraphBuilder:
         else:
             step.emit(self)
 
-    def call(
-        self, function: Callable[..., Any], arguments: Sequence[Any], name: str | None, *, effect: bool
-    ) -> torch.fx.Node:
+    def call(self, function: Callable[..., Any], arguments: Sequence[Any], name: str | None) -> torch.fx.Node:
         """A call of `function` (a plain function, which fx names in its code) on `arguments` (nodes and
-        constants); its value is `name`'s, whose metadata is in `meta`, or nothing (None). A call with an `effect`
-        stays in the graph though nothing reads its value."""
+        constants) for a step of another kind; its value is `name`'s, whose metadata is in `meta`, or nothing
+        (None). Such a call has effects: it stays in the graph though nothing reads its value."""
         call = self.graph.call_function(function, tuple(arguments))
         if name is not None:
             call.meta["val"] = self.meta[name]
             self.current[name] = call
             self.first.setdefault(name, call)
-        if effect:
-            self.effects.add(call)
+        self.effects.add(call)
         return call
 
     def unpack(self, call: torch.fx.Node, names: Sequence[str]) -> None:
