@@ -174,9 +174,8 @@ def _regathers_where_the_budget_requires() -> None:
     FSDP2's peak, where no plan keeps them all, it frees some after their forward and gathers them again. The same
     five steps, bit for bit, and the allocator's peak within the plan's."""
     full_price = checkmate.ShardedOptions(overlap_gathers=False)  # every gather priced in full: the choice is plain
-    # 90 s: a first search that stalls with a plan over the budget (about 30 s alone, more beside other tests)
-    # leaves the fit time to plan again
-    options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 90, "sharded": full_price}
+    # 60 s: a first search that stalls with a plan over the budget (about 30 s) leaves the fit time to plan again
+    options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 60, "sharded": full_price}
     model, reference = _pair(blocks=4)
     tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.85, **options)
     assert isinstance(tight.distribution, Sharded)
