@@ -13,10 +13,12 @@ from checkmate.bounds.moved_closure import moved_closure_bound
 from checkmate.errors import InfeasibleBudget
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph
-from checkmate.moved import HostLink
+from checkmate.moved import HostLink, transfers
+from checkmate.plan import Plan
 from checkmate.progress import SearchControl
-from checkmate.simulate import check_plan
+from checkmate.simulate import check_plan, stage_compute
 from checkmate.solve import solve
+from checkmate.strategies.copy_windows import hide_copy_waits
 from checkmate.strategies.offload_starts import moved_starts
 
 # a byte costs a tenth of a unit of compute each way: a node's output (1 to 16 bytes) moves in up to 1.6 units beside
@@ -87,3 +89,26 @@ def test_the_bound_rung_moves_what_the_bound_moves() -> None:
     assert answer.bound <= plan.cost <= 1.05 * answer.bound
     without = moved_starts(graph, budget, SearchControl(time_limit=30), method="optimal")
     assert without is None or without.cost > 1.05 * answer.bound
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_copies_the_step_waits_for_are_held_on_where_memory_has_room(seed: int) -> None:
+    """offload_all copies each value out in the stage that makes it and drops it after its next reader: on a dear
+    link the step waits for those copies. Held on in later stages with room below offload_all's own peak, the copies
+    run beside their compute: the waits shrink, the plan stays valid and within that peak. Holding on without
+    looking at each stage's room crosses the peak here, and the plan would be given back unchanged; a budget below
+    the plan's own peak gives it back too."""
+    link = HostLink(to_host_per_byte=1.0, to_device_per_byte=0.1, latency=0.05, overlap=0.8)
+    graph = dataclasses.replace(random_training_graph(8, seed=seed), host_link=link)
+    moved = solve(graph, None, method="offload_all")
+
+    def waits(plan: Plan) -> float:
+        return transfers(graph.memory, link, plan.moves, plan.S, stage_compute(graph, plan.R)).exposed_time
+
+    assert waits(moved) > 0
+    held_on = hide_copy_waits(graph, moved, moved.peak_memory, method="held_on")
+    check_plan(graph, held_on.R, held_on.S, held_on.moves)
+    assert held_on.peak_memory <= moved.peak_memory
+    assert waits(held_on) < waits(moved) and held_on.cost == pytest.approx(moved.cost - (waits(moved) - waits(held_on)))
+    assert (held_on.R == moved.R).all() and (held_on.S >= moved.S).all() and held_on.S.sum() > moved.S.sum()
+    assert hide_copy_waits(graph, moved, moved.peak_memory - 1, method="held_on") is moved

@@ -27,6 +27,7 @@ from checkmate.plan import Plan, make_plan, schedule_of
 from checkmate.simulate import Compute, Schedule, stage_compute
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
 from checkmate.strategies.common import cheapest_within, infeasible, plan_from_s
+from checkmate.strategies.copy_windows import hide_copy_waits
 from checkmate.strategies.registry import register
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,8 @@ def offload_to_fit(
     first (the largest first among those the free link time hides), among those the link's `host_memory` has room
     for, until stage p's bytes fit the budget. The plan is then built (its true time and peak; lowered again by
     the next round for its peak stage), and the next round starts from its peak. Other gaps of a moved value stay
-    held."""
+    held. Last, the values whose copies out the step waits for are held on where memory has room
+    (`checkmate.strategies.copy_windows`)."""
     link = graph.host_link
     if link is None:
         raise MethodNotApplicable("moves to host memory need a graph with a host link")
@@ -183,7 +185,7 @@ def offload_to_fit(
         if trial.peak_memory > current.peak_memory:
             return None  # a move holds its value's bytes only within its old hold: not expected
         current = trial  # each round moves a value more: the rounds end
-    return current
+    return hide_copy_waits(graph, current, budget, method=method, deadline=deadline)
 
 
 def _priced_move(
