@@ -177,11 +177,6 @@ def compile(
         )
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return compile_data_parallel(model, loss_fn, batch, settings)
-    if sharded_model and offload is not None:
-        raise InvalidArgument(
-            "host_budget and host_link move values to host memory, which the sharded step does not run yet: leave them "
-            "out for an FSDP2 model"
-        )
     if sharded_model:
         from checkmate.sharded import compile_sharded  # heavy: FSDP2 and DTensor are slow to import
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from test_transformers import _build
 from torch import nn
 
 import checkmate
@@ -109,6 +110,44 @@ def test_copies_follow_their_forward_whatever_runs_between(device: str) -> None:
     del output
     gc.collect()
     assert region.copier.in_flight == 0
+
+
+@pytest.mark.slow
+def test_a_hugging_face_model_moves_through_the_backend() -> None:
+    """Hugging Face's GPT-2 (a tiny config, dropout on) with every long hold of each region moved (`offload_all`):
+    three steps of a plain loop with SGD equal eager's (loss, gradients, parameters after each update), then an
+    evaluation forward under `model.eval()` (a region of its own, no backward: its copies let go with its outputs)
+    equal to eager's, and a training step after it."""
+    model, loss_fn, batch = _build("gpt2")
+    reference = copy.deepcopy(model)
+    planner = checkmate.backend(budget=1.0, method="offload_all", cost_model="flops", host_link=FAST)
+    compiled = torch.compile(model, backend=planner)
+    optimizers = [torch.optim.SGD(each.parameters(), lr=0.1) for each in (model, reference)]
+
+    def train_step(number: int) -> None:
+        losses = []
+        for each in (compiled, reference):
+            torch.manual_seed(number)  # the same dropout masks
+            losses.append(loss_fn(each, *batch))
+            losses[-1].backward()
+        torch.testing.assert_close(losses[0], losses[1], msg=f"step {number}")
+        for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, want.grad, msg=f"step {number}")
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    for number in range(3):
+        train_step(number)
+    assert any(region.plan.moves.any for region in planner.regions), "the training regions move values"
+    for each in (model, reference):
+        each.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loss_fn(compiled, *batch), loss_fn(reference, *batch))
+    for each in (model, reference):
+        each.train()
+    train_step(3)
+    assert all(region.copier.in_flight == 0 for region in planner.regions)
 
 
 def test_host_options_are_checked_before_any_compile() -> None:
