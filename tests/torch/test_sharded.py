@@ -44,7 +44,7 @@ from checkmate.torch_capture.link_timing import cache_file
 from checkmate.training.compiled import CompiledStep
 
 WORLD_SIZE = 2
-TIMEOUT = datetime.timedelta(seconds=60)
+TIMEOUT = datetime.timedelta(seconds=180)  # a rank waits in a collective while rank 0 plans (a check's 60 s and more)
 WIDTH = 16
 
 
@@ -410,7 +410,7 @@ def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None
     )
     torch.set_num_threads(1)
     faulthandler.enable(all_threads=True)  # a rank that crashes in native code shows where
-    faulthandler.dump_traceback_later(50)  # a rank stuck in a collective shows where before the gloo timeout
+    faulthandler.dump_traceback_later(170)  # a rank stuck in a collective shows where before the gloo timeout
     try:
         for check in checks:
             check()
@@ -425,7 +425,7 @@ def _spawn(tmp_path: Path, *checks: Callable[[], None]) -> None:
     mp.spawn(_worker, args=(str(tmp_path / "rendezvous"), list(checks)), nprocs=WORLD_SIZE, join=True)
 
 
-@pytest.mark.serial  # beside other tests, rank 0's planning (up to 60 s) outlasted the gloo timeout rank 1 waits in
+@pytest.mark.serial  # the regather check's 60 s search finds no plan in time beside other tests
 def test_matches_eager_fsdp2_at_full_budget(tmp_path: Path) -> None:
     """No recomputation: three Adam steps, an accumulating step and a synchronised one, bit for bit on both ranks."""
     _spawn(tmp_path, _full_budget, _regathers_where_the_budget_requires)
