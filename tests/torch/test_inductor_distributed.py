@@ -146,11 +146,23 @@ def _train_against_eager(
     make_pair: Callable[[], tuple[nn.Module, nn.Module]],
     no_sync: Callable[[nn.Module], AbstractContextManager[None]],
     executor: str,
+    *,
+    moving: bool = False,
 ) -> None:
+    """Five steps against eager at a budget that makes the plan recompute or (`moving`) with every long hold moved to
+    host memory (`offload_all`, a link priced far faster than this machine's)."""
     model, reference = make_pair()
-    step = checkmate.compile(model, loss_fn, make_batch(0), budget=BUDGET, executor=executor, **OPTIONS)
+    if moving:
+        link = checkmate.LinkSpeeds(1e12, 1e12, latency=0.0, overlap=1.0)
+        options = {**OPTIONS, "budget": 1.0, "method": "offload_all", "host_link": link}
+    else:
+        options = {**OPTIONS, "budget": BUDGET}
+    step = checkmate.compile(model, loss_fn, make_batch(0), executor=executor, **options)
     assert isinstance(step, CompiledStep)
-    assert step.plan.R.sum() > step.graph.size, "the budget must make the plan recompute"
+    if moving:
+        assert step.plan.moves.any, "the plan moves values to host memory"
+    else:
+        assert step.plan.R.sum() > step.graph.size, "the budget must make the plan recompute"
     if executor == "inductor":
         assert _runs_fused(step), "runs of compiled nodes are fused alongside DDP's or FSDP2's own steps"
     exact = executor == "eager"
@@ -191,6 +203,10 @@ def _fsdp2(executor: str) -> None:
     _train_against_eager(_fsdp_pair, _no_sync_fsdp, executor)
 
 
+def _fsdp2_moving(executor: str) -> None:
+    _train_against_eager(_fsdp_pair, _no_sync_fsdp, executor, moving=True)
+
+
 def _worker(rank: int, init_file: str, check: Callable[[str], None], executor: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
@@ -215,3 +231,7 @@ def test_ddp_matches_eager_ddp(tmp_path: Path, executor: str) -> None:
 @pytest.mark.parametrize("executor", ["eager", "inductor"])
 def test_fsdp2_matches_eager_fsdp2(tmp_path: Path, executor: str) -> None:
     mp.spawn(_worker, args=(str(tmp_path / "rendezvous"), _fsdp2, executor), nprocs=WORLD_SIZE, join=True)
+
+
+def test_fsdp2_with_moves_to_host_memory_runs_fused_as_eager_fsdp2(tmp_path: Path) -> None:
+    mp.spawn(_worker, args=(str(tmp_path / "rendezvous"), _fsdp2_moving, "inductor"), nprocs=WORLD_SIZE, join=True)
