@@ -28,7 +28,11 @@ Some nodes run as their ATen ops instead:
 * nodes Inductor fails to compile (logged).
 
 The graphs are built with canonical names (`input_0`, `op_0`, ...), so nodes that do the same thing on the same
-shapes (the layers of a transformer) have the same key and share one compiled function.
+shapes (the layers of a transformer) have the same key and share one compiled function. Each is compiled as Dynamo
+hands a graph to a backend: on fake inputs of the traced shapes and strides (static), under a tracing context whose
+fake mode has a shape environment. That is what Inductor's FX graph cache needs to look a graph up (without it every
+graph bypasses the cache), so a process that compiles a model again (the next run of a script) loads each graph's
+code from the cache instead of generating it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._guards import TracingContext, tracing
 from torch._inductor.compile_fx import compile_fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from checkmate.captured import Captured
 from checkmate.inductor.kernel_builds import batched_builds
@@ -232,14 +239,21 @@ def compile_graphs(
 
 
 def _inductor_function(graph: GraphToCompile, fx_nodes: dict[str, torch.fx.Node]) -> Callable[..., Any] | None:
-    """Inductor's function for `graph` (its kernels built as `batched_builds` does), or None (logged)."""
-    examples = [example_value(fx_nodes[name]) for name in graph.inputs]
+    """Inductor's function for `graph` (its kernels built as `batched_builds` does, its code through Inductor's FX
+    graph cache: module doc), or None (logged)."""
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    examples = [_fake(fake_mode, example_value(fx_nodes[name])) for name in graph.inputs]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), tracing(TracingContext(fake_mode)):
             return compile_fx(copy.deepcopy(graph.module), examples)  # type: ignore[return-value]
     except Exception as error:  # Inductor raises many types; the graph then runs as ATen ops, as before
         log.warning("Inductor could not compile %s; it runs as ATen ops: %s", graph.what, error)
         return None
+
+
+def _fake(fake_mode: FakeTensorMode, value: Any) -> Any:
+    """`value` as a fake tensor of its shape and strides, static (a value that is not a tensor as it is)."""
+    return fake_mode.from_tensor(value, static_shapes=True) if isinstance(value, torch.Tensor) else value
 
 
 def _checked(
