@@ -71,6 +71,13 @@ class Schedule:
     moves: Moves = NO_MOVES
     host_peak: int = 0
 
+    def stage_peaks(self) -> np.ndarray:
+        """int64[T]: the largest of `usage` within each stage (every stage computes at least its own node)."""
+        stages = np.array([step.stage for step in self.steps if isinstance(step, Compute)], dtype=np.int64)
+        peaks = np.zeros(int(stages.max(initial=-1)) + 1, dtype=np.int64)
+        np.maximum.at(peaks, stages, np.asarray(self.usage, dtype=np.int64))
+        return peaks
+
 
 def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves = NO_MOVES) -> None:
     """Raise InvalidSchedule naming the first constraint of the paper that (R, S) breaks, or a rule of

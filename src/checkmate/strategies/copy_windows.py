@@ -21,7 +21,7 @@ import numpy as np
 from checkmate.graph import Graph
 from checkmate.moved import copy_out_windows, transfer_schedule
 from checkmate.plan import Plan, make_plan, schedule_of
-from checkmate.simulate import Compute, stage_compute
+from checkmate.simulate import stage_compute
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def hide_copy_waits(graph: Graph, plan: Plan, budget: int, *, method: str, deadl
     compute = stage_compute(graph, R)
     lent = link.overlap * compute
     occupied = R | moves.copied_in(T) | moves.buffers(T)  # stages where a value is on the device but not held
-    room = budget - _stage_peaks(graph, plan)
+    room = budget - schedule_of(graph, plan).stage_peaks()
     tolerance = WAIT_TOLERANCE * float(compute.sum())
     copied = np.flatnonzero(moves.copied_out(T).any(axis=0))
     lengthened = 0
@@ -66,15 +66,6 @@ def hide_copy_waits(graph: Graph, plan: Plan, budget: int, *, method: str, deadl
     trial = make_plan(graph, plan.R, S, presence=plan.presence, moves=moves, method=method)
     log.debug("hide_copy_waits: %d stages held on, cost %.6g -> %.6g", lengthened, plan.cost, trial.cost)
     return trial if trial.cost < plan.cost and trial.peak_memory <= budget else plan
-
-
-def _stage_peaks(graph: Graph, plan: Plan) -> np.ndarray:
-    """int64[T]: the most bytes in use at any computation of each stage."""
-    schedule = schedule_of(graph, plan)
-    stages = np.array([step.stage for step in schedule.steps if isinstance(step, Compute)], dtype=np.int64)
-    peaks = np.full(graph.size, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(peaks, stages, np.asarray(schedule.usage, dtype=np.int64))
-    return peaks
 
 
 def _stages_to_cover(free: np.ndarray, first: int, work: float) -> int:

@@ -24,7 +24,7 @@ from checkmate.errors import MethodNotApplicable
 from checkmate.graph import Graph
 from checkmate.moved import Moves, transfer_schedule
 from checkmate.plan import Plan, make_plan, schedule_of
-from checkmate.simulate import Compute, Schedule, stage_compute
+from checkmate.simulate import Schedule, stage_compute
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
 from checkmate.strategies.common import cheapest_within, infeasible, plan_from_s
 from checkmate.strategies.copy_windows import hide_copy_waits
@@ -243,9 +243,8 @@ def _reads(graph: Graph, R: np.ndarray) -> np.ndarray:
 
 
 def _peak_stage(schedule: Schedule) -> int:
-    """The stage of the schedule's peak moment."""
-    computes = [step.stage for step in schedule.steps if isinstance(step, Compute)]
-    return computes[int(np.argmax(schedule.usage))]
+    """The stage of the schedule's peak moment (the first, where several stages reach it)."""
+    return int(np.argmax(schedule.stage_peaks()))
 
 
 def _stages_covering(lent: np.ndarray, start: int, work: float, *, forward: bool) -> int:
