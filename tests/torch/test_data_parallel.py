@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from eager_oracle import measured_call
+from gloo_ranks import WORLD_SIZE, gloo_ranks
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -30,7 +31,6 @@ from checkmate.data_parallel import DataParallel, assign_buckets
 from checkmate.errors import CaptureError, DataParallelError, RankFailed
 from checkmate.training.compiled import CompiledStep
 
-WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=120)
 
 
@@ -188,17 +188,12 @@ def _failing_rank_stops_the_others() -> None:
 
 
 def _worker(rank: int, init_file: str) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
-    )
-    try:
+    with gloo_ranks(rank, init_file, timeout=TIMEOUT):
         _resnet_below_its_peak()
         _resnet_moving_values_to_host_memory()
         _unused_and_ignored_parameters()
         _refuses_bucket_views()
         _failing_rank_stops_the_others()
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.slow

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import faulthandler
-import gc
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -31,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from eager_oracle import assert_equal
+from gloo_ranks import WORLD_SIZE, gloo_ranks
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -41,7 +40,6 @@ import checkmate
 from checkmate.execute.codegen import SegmentCall
 from checkmate.training.compiled import CompiledStep
 
-WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=240)  # a rank may wait in a collective while the other compiles with Inductor
 WIDTH = 16
 BUDGET = 0.85  # of the no-recomputation peak: below it, so the plan recomputes, and above chen_greedy's smallest
@@ -208,19 +206,8 @@ def _fsdp2_moving(executor: str) -> None:
 
 
 def _worker(rank: int, init_file: str, check: Callable[[str], None], executor: str) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
-    )
-    torch.set_num_threads(1)
-    faulthandler.enable(all_threads=True)  # a rank that crashes in native code shows where
-    faulthandler.dump_traceback_later(200)  # a rank stuck in a collective shows where before the gloo timeout
-    try:
+    with gloo_ranks(rank, init_file, timeout=TIMEOUT):
         check(executor)
-        dist.barrier()  # neither rank tears gloo down while the other still talks to it
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        dist.destroy_process_group()
-        gc.collect()  # the models' process groups go now, not in interpreter teardown (gloo aborts there)
 
 
 @pytest.mark.parametrize("executor", ["eager", "inductor"])

@@ -11,9 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-import faulthandler
 import functools
-import gc
 import operator
 import os
 import time
@@ -26,6 +24,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_ranks import WORLD_SIZE, gloo_ranks
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -43,7 +42,6 @@ from checkmate.torch_capture.allocator import allocator_peak
 from checkmate.torch_capture.link_timing import cache_file
 from checkmate.training.compiled import CompiledStep
 
-WORLD_SIZE = 2
 TIMEOUT = datetime.timedelta(seconds=180)  # a rank waits in a collective while rank 0 plans (a check's 60 s and more)
 WIDTH = 16
 
@@ -405,20 +403,9 @@ def _link_timings_cached(directory: Path) -> None:
 
 
 def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD_SIZE, timeout=TIMEOUT
-    )
-    torch.set_num_threads(1)
-    faulthandler.enable(all_threads=True)  # a rank that crashes in native code shows where
-    faulthandler.dump_traceback_later(170)  # a rank stuck in a collective shows where before the gloo timeout
-    try:
+    with gloo_ranks(rank, init_file, timeout=TIMEOUT):
         for check in checks:
             check()
-        dist.barrier()  # neither rank tears gloo down while the other still talks to it
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        dist.destroy_process_group()
-        gc.collect()  # the models' process groups go now, not in interpreter teardown (gloo aborts there)
 
 
 def _spawn(tmp_path: Path, *checks: Callable[[], None]) -> None:
