@@ -168,18 +168,18 @@ def _full_budget() -> None:
 def _regathers_where_the_budget_requires() -> None:
     """Four blocks on the small batch, where the units' parameters outweigh the activations and each all-gather
     (measured, `cost_model="profile"`) costs more than the step's compute: with room for them, the plan keeps every
-    block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`); at 85 % of eager
-    FSDP2's peak, where no plan keeps them all, it frees some after their forward and gathers them again. The same
-    five steps, bit for bit, and the allocator's peak within the plan's."""
+    block gathered from its forward to its backward (one all-gather each, `Sharded.held_units`); at 75 % of its peak
+    without recomputation it frees some after their forward and gathers them again (at 85 % it keeps them all,
+    recomputing 77 % more). The same five steps, bit for bit, and the allocator's peak within the plan's."""
     full_price = checkmate.ShardedOptions(overlap_gathers=False)  # every gather priced in full: the choice is plain
     # 60 s: a first search that stalls with a plan over the budget (about 30 s) leaves the fit time to plan again
     options = {**OPTIONS, "cost_model": "profile", "method": "optimal", "time_limit": 60, "sharded": full_price}
     model, reference = _pair(blocks=4)
-    tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.85, **options)
+    tight = checkmate.compile(model, loss_fn, make_batch(0), budget=0.75, **options)
     assert isinstance(tight.distribution, Sharded)
     blocks = [unit for unit, each in enumerate(tight.distribution.units) if each.reshard_after_forward]
     held = tight.distribution.held_units(tight.compiled)
-    assert len(held) < len(blocks), f"held {held} of the blocks {blocks} at 85 % of eager FSDP2's peak"
+    assert len(held) < len(blocks), f"held {held} of the blocks {blocks} at 75 % of the peak without recomputation"
     _train(tight, reference, make_batch)
     model.zero_grad(set_to_none=True)
     batch = make_batch(5)

@@ -57,14 +57,13 @@ def test_gradient_shards_count_from_their_reduce_when_the_step_makes_them() -> N
         # reduce 1: 300 + both units' parameters 30 + unit 1's gradients 20 + its reduce-scatter input and output 30;
         # C3: 250 + unit 0 + the reduce-scatter input FSDP2 keeps 20; reduce 0: 250 + 10 + 10 + 20 + 10 + 5.
         (False, False, (80, 120, 160, 240, 240, 260, 340, 390, 280, 305)),
-        # gloo's copies: 15 per unit-0 call, 30 per unit-1 call, during the call and in the moments after it until
-        # three more calls are made; at the start, those of the step before's last three (gather 1, reduce 1 and
-        # reduce 0: 75)
-        (True, False, (170, 180, 250, 300, 300, 335, 400, 480, 340, 380)),
-        # prefetching with gloo's copies: a prefetched gather's copies are its prefetch's (30), the gather's own none;
-        # they are held from the prefetch to the gather beside the three latest calls' (C0: 200 + 30), and are then
-        # the gather's among the three latest
-        (True, True, (170, 180, 230, 250, 300, 300, 315, 335, 400, 480, 340, 380)),
+        # gloo's copies: 15 per unit-0 collective, 30 per unit-1 collective, during the call; and what gloo's two
+        # worker threads may hold of finished collectives, the two largest (30 + 30) after each compute step, the
+        # largest (30) during a call, whose own thread is busy: gather 0 80 + 15 + 30, C0 120 + 60, free 1 240 + 30
+        (True, False, (125, 180, 220, 300, 270, 320, 400, 450, 340, 350)),
+        # prefetching with gloo's copies: a prefetched gather's copies are its prefetch's (30), held from the prefetch
+        # to the gather (C0: 140 + 30 + 60), the gather's own none; the prefetch and its gather are one collective
+        (True, True, (125, 150, 230, 220, 300, 270, 300, 320, 400, 450, 340, 350)),
         # prefetching: gather 0, prefetch 1 (its flat buffer, 20), C0, gather 1 (the buffer and the outputs), C1,
         # free 1, prefetch 1 (after the free), gather 1, C2, reduce 1, C3, reduce 0
         (False, True, (80, 90, 140, 160, 240, 240, 240, 260, 340, 390, 280, 305)),

@@ -16,12 +16,16 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
   (`comm_ctx.reduce_scatter_state`), so one such buffer is counted from each REDUCE to the next, and the last one of
   the step before from the start of the step to its first REDUCE.
 * with a process group whose collectives copy their buffers (gloo, on CPU: a flat copy of the full buffer and one of
-  this rank's shard per all-gather and per reduce-scatter), those copies during each unit call. gloo's worker threads
-  can let a collective's buffers go well after the call returns (when the ranks' compute keeps a thread off the CPU),
-  so the copies of the three latest calls are counted in the moments after them too, those of the step before's
-  last three at its start; a prefetched all-gather's copies are counted from its PREFETCH to its GATHER, and then
-  as the GATHER's. This is a rule of thumb, not a bound: `benchmarks/investigations/gloo_copies.py` follows
-  every allocation of a step from its unit call to its free, and saw a buffer outlive its call by up to 18 calls.
+  this rank's shard per all-gather and per reduce-scatter), those copies during each unit call; a prefetched
+  all-gather's from its PREFETCH to its GATHER.
+* with gloo, what its worker threads still hold of finished collectives. A worker thread lets go of the collective it
+  ran (the tensors FSDP2 handed it: an all-gather's flat output and input, a reduce-scatter's input and output) only
+  when it next gets the CPU and the GIL, which on busy ranks can be many unit calls later
+  (`benchmarks/investigations/gloo_copies.py` saw 18), but it holds one at most: it lets go of one before it takes
+  the next (`ProcessGroupGloo::runLoop`). So with GLOO_WORKER_THREADS threads, the finished collectives held beside
+  the step are at most that many, of any earlier call of this step or the step before: the largest that many of the
+  step's calls' buffers (`_copies`) are counted at every moment, one fewer during a unit call (its own thread is
+  busy with it, and its buffers are counted as the call's).
 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
 the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
@@ -39,7 +43,6 @@ value is the per-rank peak a sharded step's plan predicts (`sharded_peak`).
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -52,6 +55,9 @@ from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall,
 from checkmate.simulate import Compute, Schedule
 
 log = logging.getLogger(__name__)
+
+# ProcessGroupGloo's worker threads (its `Options.threads`, which torch sets to 2 and Python cannot read back).
+GLOO_WORKER_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
     calls = [step for step in steps if isinstance(step, UnitCall)]
-    copies = deque((_copies(call, sizes) for call in calls[-3:]), maxlen=3)  # the step before's last three
+    lingering = _largest_copies(calls, sizes)
     pending_copies: dict[int, int] = {}  # unit: the copies of its all-gather in flight (prefetched)
     made_shards = 0
     before = sizes.fixed_memory
@@ -154,13 +160,13 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     def held() -> int:
         live = [was or pending for was, pending in zip(gathered, in_flight, strict=True)]
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
-        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(copies) + sum(pending_copies.values())
+        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(pending_copies.values())
 
     opening = _opening_stages(steps) if schedule.stage_start else [None] * len(steps)
     for step, opens in zip(steps, opening, strict=True):
         if isinstance(step, Compute):
             before, stage = next(computes) - int(present[step.stage]), step.stage
-            yield Moment(stage, before, held(), True)  # the node's own gradients are in its workspace now
+            yield Moment(stage, before, held() + sum(lingering), True)  # its gradients are in its workspace now
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
@@ -168,14 +174,15 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
             prefetched = in_flight[step.unit]
             copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
             transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
+            during = held() + transient + copy + sum(lingering[1:])
             if opens is None:
-                yield Moment(stage, before, held() + transient + copy, False)
+                yield Moment(stage, before, during, False)
             else:  # between stages, after the frees of the stage before
-                yield Moment(opens, schedule.stage_start[opens] - int(present[opens]), held() + transient + copy, False)
-            if step.action == PREFETCH:  # its copies are held until its GATHER waits for it, and counted after that
+                yield Moment(opens, schedule.stage_start[opens] - int(present[opens]), during, False)
+            if step.action == PREFETCH:  # its copies are held until its GATHER waits for it
                 in_flight[step.unit], pending_copies[step.unit] = True, copy
             else:
-                copies.append(pending_copies.pop(step.unit, 0) if prefetched else copy)
+                pending_copies.pop(step.unit, None)
             if step.action == GATHER:
                 gathered[step.unit], in_flight[step.unit] = True, False
             elif step.action == FREE:
@@ -228,6 +235,22 @@ def _planned_presence(schedule: Schedule, sizes: UnitBytes, prefetch: bool) -> t
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:
     """The largest of `sharded_usage`: the per-rank peak of the sharded step."""
     return max(sharded_usage(schedule, use, sizes), default=sizes.fixed_memory)
+
+
+def _largest_copies(calls: Sequence[UnitCall], sizes: UnitBytes) -> list[int]:
+    """The buffers of the GLOO_WORKER_THREADS largest of the step's collectives, largest first: what gloo's worker
+    threads may still hold of finished collectives at any moment (module doc): the tensors a collective holds are its
+    output and input, the sizes of its copies (`_copies`). A prefetched all-gather is one collective, its PREFETCH's."""
+    collectives: list[int] = []
+    prefetched: set[int] = set()
+    for call in calls:
+        if call.action == PREFETCH:
+            prefetched.add(call.unit)
+        elif call.action == GATHER and call.unit in prefetched:
+            prefetched.discard(call.unit)
+            continue
+        collectives.append(_copies(call, sizes))
+    return sorted(collectives, reverse=True)[:GLOO_WORKER_THREADS]
 
 
 def _copies(call: UnitCall, sizes: UnitBytes) -> int:
