@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from checkmate.sharded.memory import UnitBytes, sharded_peak, sharded_usage, stage_memory
+from checkmate.sharded.memory import UnitBytes, held_at_computes, sharded_peak, sharded_usage, stage_memory
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Free, Schedule
 
@@ -172,3 +172,21 @@ def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
     sizes = _sizes(collectives_copy=False)
     assert sharded_usage(schedule, USE, sizes) == (80, 120, 150, 240, 240, 230, 340, 390, 280, 305)
     assert stage_memory(schedule, USE, sizes).peaks == (120, 240, 340, 390)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_gloo_threads_hold_the_two_largest_collectives_a_prefetch_and_its_gather_one(prefetch: bool) -> None:
+    """What gloo's two worker threads may hold of finished collectives: the two largest of the step's, counted at
+    every compute moment. Unit 1 kept gathered (one all-gather, 40 + 20 bytes) and three collectives of 15: 60 + 15,
+    with or without prefetching (a PREFETCH and its GATHER are one collective: counting both would make 120); at C0
+    a prefetched gather's own copies (60) are in flight beside them."""
+    use = dataclasses.replace(USE, reshard_after_forward=(False, False), prefetch_gathers=prefetch)
+    sizes = {
+        copies: dataclasses.replace(
+            _sizes(copies), parameters=(10, 40), parameter_shards=(5, 20), gradients=(10, 10), gradient_shards=(5, 5)
+        )
+        for copies in (False, True)
+    }
+    with_copies, without = (held_at_computes(SCHEDULE, use, sizes[copies]) for copies in (True, False))
+    in_flight = 60 if prefetch else 0
+    assert [a - b for a, b in zip(with_copies, without, strict=True)] == [75 + in_flight, 75, 75, 75]
