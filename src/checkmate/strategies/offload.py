@@ -248,15 +248,16 @@ def _peak_stage(schedule: Schedule) -> int:
 
 
 def _stages_covering(lent: np.ndarray, start: int, work: float, *, forward: bool) -> int:
-    """The stage where the compute lent from `start` on (forward) or back (not) first covers `work`."""
-    total, stage = 0.0, start
-    step = 1 if forward else -1
-    while 0 <= stage < lent.size:
-        total += float(lent[stage])
-        if total >= work:
-            return stage
-        stage += step
-    return lent.size - 1 if forward else 0
+    """The stage where the compute lent (>= 0 in every stage) from `start` on (forward) or back (not) first covers
+    `work`: the last stage that way where it never does."""
+    last = lent.size - 1 if forward else 0
+    if not 0 <= start < lent.size:
+        return last
+    totals = np.cumsum(lent[start:] if forward else lent[start::-1])  # lent is >= 0: the totals never fall
+    reached = int(np.searchsorted(totals, work, side="left"))
+    if reached == totals.size:
+        return last
+    return start + reached if forward else start - reached
 
 
 @register(
