@@ -246,6 +246,19 @@ def copy_out_windows(S: np.ndarray, moves: Moves) -> np.ndarray:
     return window
 
 
+def stages_covering(free: np.ndarray, start: int, work: float, *, forward: bool = True) -> int:
+    """The stage where the link's `free` time (>= 0 in every stage) from `start` on (forward) or back (not) first
+    covers `work`: the last stage that way where it never does."""
+    last = free.size - 1 if forward else 0
+    if not 0 <= start < free.size:
+        return last
+    totals = np.cumsum(free[start:] if forward else free[start::-1])  # free is >= 0: the totals never fall
+    reached = int(np.searchsorted(totals, work, side="left"))
+    if reached == totals.size:
+        return last
+    return start + reached if forward else start - reached
+
+
 def host_peak(sizes: np.ndarray, moves: Moves, T: int) -> int:
     """The most bytes host memory holds: every copied-out value, from its copy out to the end of the step."""
     return int(moves.copied_out(T).any(axis=0).astype(np.int64) @ sizes.astype(np.int64))

@@ -13,7 +13,7 @@ from oracles import moved_cost_and_usage, moved_everywhere_but_reads
 from checkmate.errors import InvalidGraph, InvalidSchedule
 from checkmate.examples import linear_graph, random_training_graph
 from checkmate.graph import Graph, Node
-from checkmate.moved import HostLink, LinkSpeeds, Moves
+from checkmate.moved import HostLink, LinkSpeeds, Moves, stages_covering
 from checkmate.simulate import lower
 from checkmate.solve import solve
 
@@ -168,3 +168,30 @@ def test_a_link_given_in_bytes_per_second() -> None:
         LinkSpeeds(0.0, 1e9)
     with pytest.raises(ValueError, match="cost_per_second"):
         LinkSpeeds(1e9, 1e9).priced(cost_per_second=0.0)
+
+
+def _walked_stage_covering(free: np.ndarray, start: int, work: float, forward: bool) -> int:
+    """The stage by stage walk: the first stage whose running total of `free` from `start` reaches `work`."""
+    total, stage = 0.0, start
+    while 0 <= stage < free.size:
+        total += float(free[stage])
+        if total >= work:
+            return stage
+        stage += 1 if forward else -1
+    return free.size - 1 if forward else 0
+
+
+def test_stages_covering_is_the_stage_by_stage_walk() -> None:
+    """`stages_covering` against a walk over the stages, on random free times with zeros, starts outside the range,
+    and work that is zero, negative, or exactly a running total."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        size = int(rng.integers(0, 30))
+        free = rng.random(size) * float(rng.integers(0, 3))
+        free[rng.random(size) < 0.3] = 0.0
+        start = int(rng.integers(-2, size + 2))
+        totals = np.cumsum(free[max(start, 0) :]) if size else np.zeros(1)
+        for work in (0.0, -1.0, float(rng.random() * 5), float(totals[min(len(totals) - 1, 2)] if totals.size else 0)):
+            for forward in (True, False):
+                expected = _walked_stage_covering(free, start, work, forward)
+                assert stages_covering(free, start, work, forward=forward) == expected, (free, start, work, forward)

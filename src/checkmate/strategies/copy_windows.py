@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from checkmate.graph import Graph
-from checkmate.moved import copy_out_windows, transfer_schedule
+from checkmate.moved import copy_out_windows, stages_covering, transfer_schedule
 from checkmate.plan import Plan, make_plan, schedule_of
 from checkmate.simulate import stage_compute
 
@@ -54,7 +54,7 @@ def hide_copy_waits(graph: Graph, plan: Plan, budget: int, *, method: str, deadl
         progressed = False
         for stage in np.flatnonzero(schedule.exposed > tolerance).tolist():
             due = copied[ends == stage]
-            until = _stages_to_cover(free, stage + 1, float(schedule.exposed[stage]))
+            until = stages_covering(free, stage + 1, float(schedule.exposed[stage]))
             for node in due.tolist():
                 held = _hold_on(S, room, occupied, graph.memory, node, stage + 1, until + 1)
                 lengthened += held
@@ -66,12 +66,6 @@ def hide_copy_waits(graph: Graph, plan: Plan, budget: int, *, method: str, deadl
     trial = make_plan(graph, plan.R, S, presence=plan.presence, moves=moves, method=method)
     log.debug("hide_copy_waits: %d stages held on, cost %.6g -> %.6g", lengthened, plan.cost, trial.cost)
     return trial if trial.cost < plan.cost and trial.peak_memory <= budget else plan
-
-
-def _stages_to_cover(free: np.ndarray, first: int, work: float) -> int:
-    """The first stage from `first` on by which the link's `free` time covers `work` (the last stage if none)."""
-    covered = np.flatnonzero(np.cumsum(free[first:]) >= work)
-    return first + int(covered[0]) if covered.size else free.size - 1
 
 
 def _hold_on(

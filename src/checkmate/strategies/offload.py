@@ -22,7 +22,7 @@ import numpy as np
 
 from checkmate.errors import MethodNotApplicable
 from checkmate.graph import Graph
-from checkmate.moved import Moves, transfer_schedule
+from checkmate.moved import Moves, stages_covering, transfer_schedule
 from checkmate.plan import Plan, make_plan, schedule_of
 from checkmate.simulate import Schedule, stage_compute
 from checkmate.strategies.checkpoint_all import checkpoint_all_s
@@ -207,12 +207,12 @@ def _priced_move(
     held, the first stage of its copy back's buffer, b), or None when its copy back's buffer cannot clear p. The
     price is the copy time that the link's free time in those stages (`free_out`, `free_in`) does not cover; the
     smallest first, then the largest value (fewer copies for the same bytes)."""
-    held_until = max(a, _stages_covering(free_out, start, out_cost, forward=True))
+    held_until = max(a, stages_covering(free_out, start, out_cost, forward=True))
     if held_until > p - 1:
         # the free link time before p does not cover it: the step waits for it after its last need, or (`hold_on`)
         # the copy runs on to the stage before p, beside the other copies' (where the link can carry them all)
         held_until = p - 1 if hold_on else a
-    first_buffer = min(b - 1, _stages_covering(free_in, b - 1, in_cost, forward=False))
+    first_buffer = min(b - 1, stages_covering(free_in, b - 1, in_cost, forward=False))
     if first_buffer < p + 1:
         first_buffer = b - 1  # nor after p: the step waits for it before its next need
     if first_buffer < p + 1:
@@ -245,19 +245,6 @@ def _reads(graph: Graph, R: np.ndarray) -> np.ndarray:
 def _peak_stage(schedule: Schedule) -> int:
     """The stage of the schedule's peak moment (the first, where several stages reach it)."""
     return int(np.argmax(schedule.stage_peaks()))
-
-
-def _stages_covering(lent: np.ndarray, start: int, work: float, *, forward: bool) -> int:
-    """The stage where the compute lent (>= 0 in every stage) from `start` on (forward) or back (not) first covers
-    `work`: the last stage that way where it never does."""
-    last = lent.size - 1 if forward else 0
-    if not 0 <= start < lent.size:
-        return last
-    totals = np.cumsum(lent[start:] if forward else lent[start::-1])  # lent is >= 0: the totals never fall
-    reached = int(np.searchsorted(totals, work, side="left"))
-    if reached == totals.size:
-        return last
-    return start + reached if forward else start - reached
 
 
 @register(
