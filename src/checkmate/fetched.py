@@ -17,7 +17,12 @@ bounds count it so). On a graph that prefetches (`Graph.prefetch`), a fetch that
 starts at the start of stage t - 1 and fills a buffer of the value's bytes there: the value is on the device
 (`on_device`) in stage t - 1 too. So where and in which order values are prefetched, and how far ahead of their
 first reader (a value present from stage s before a reader at r > s is fetched from stage s - 1), are the plan's
-decisions, paid in memory like any other.
+decisions, paid in memory like any other. A fetch may hold more than the value while it runs (FSDP2's all-gather:
+its flat buffer beside the parameters it is copied into, and gloo's copies of both): `fetch_workspace` bytes
+through the stage that fetches (the fetch runs at its start; the whole stage is counted, an over-count of the
+moments after it), and on a graph that prefetches `in_flight_workspace` bytes beside the buffer through the stage
+before. Both follow the plan's fetches (`held_in_stages`), so wherever a plan moves a fetch, what it holds
+is counted there.
 
 The time model: the fetches that make values present in stage t take the sum of their `fetch_cost`s (one link, one
 fetch after another); on a graph that prefetches they run beside the compute of stage t - 1 and hide behind a
@@ -53,6 +58,9 @@ class FetchedValue:
         backward_start: from this stage to its end it is present on one interval.
         kept: once fetched, present to its end.
         released_before_backward: absent at `backward_start`.
+        fetch_workspace: bytes a fetch holds beside the value through the stage it makes the value present.
+        in_flight_workspace: on a graph that prefetches, bytes a fetch holds beside its buffer through the stage
+            before (module doc).
     """
 
     name: str
@@ -63,6 +71,13 @@ class FetchedValue:
     backward_start: int
     kept: bool = False
     released_before_backward: bool = False
+    fetch_workspace: int = 0
+    in_flight_workspace: int = 0
+
+
+def fetch_bytes(value: FetchedValue) -> int:
+    """The most bytes a value and its fetch hold on the device in one stage."""
+    return value.memory + value.fetch_workspace + value.in_flight_workspace
 
 
 def kept_throughout(values: tuple[FetchedValue, ...]) -> tuple[FetchedValue, ...]:
@@ -139,9 +154,28 @@ def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:
 
 
 def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray, prefetch: bool) -> np.ndarray:
-    """int64[T]: the bytes the values hold on the device in each stage (`on_device`)."""
-    sizes = np.array([value.memory for value in values], dtype=np.int64)
-    return on_device(presence, prefetch).astype(np.int64) @ sizes
+    """int64[T]: the bytes the values and their fetches hold on the device in each stage (`on_device`, and each
+    fetch's workspaces: module doc)."""
+    return held_in_stages(
+        presence,
+        prefetch,
+        np.array([value.memory for value in values], dtype=np.int64),
+        np.array([value.fetch_workspace for value in values], dtype=np.int64),
+        np.array([value.in_flight_workspace for value in values], dtype=np.int64),
+    )
+
+
+def held_in_stages(
+    presence: np.ndarray, prefetch: bool, memory: np.ndarray, fetch_workspace: np.ndarray, in_flight: np.ndarray
+) -> np.ndarray:
+    """[T]: per stage, `memory` of each value on the device (`on_device`), `fetch_workspace` of each fetch in the
+    stage it makes its value present, and on a graph that prefetches `in_flight` of each fetch in the stage before
+    (in whatever amounts the arrays are: bytes, or a MILP's units)."""
+    fetching = rises(presence).astype(memory.dtype)
+    held = on_device(presence, prefetch).astype(memory.dtype) @ memory + fetching @ fetch_workspace
+    if prefetch:
+        held[:-1] += fetching[1:] @ in_flight
+    return held
 
 
 def check_presence(values: tuple[FetchedValue, ...], R: np.ndarray, presence: np.ndarray) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from checkmate.errors import InvalidGraph
-from checkmate.fetched import FetchedValue
+from checkmate.fetched import FetchedValue, fetch_bytes
 from checkmate.moved import HostLink
 
 
@@ -183,8 +183,8 @@ class Graph:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
         A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" and
-        "recompute_cost" only when set, and the graph's "stage_held" only when not empty, so graphs without them
-        keep the plain shape.
+        "recompute_cost" only when set, the graph's "stage_held" only when not empty and a fetched value's
+        workspaces only when nonzero, so graphs without them keep the plain shape.
         """
         data: dict[str, Any] = {
             "nodes": [_node_to_dict(node) for node in self.nodes],
@@ -193,7 +193,10 @@ class Graph:
         if self.stage_held:
             data["stage_held"] = list(self.stage_held)
         if self.fetched:
-            data["fetched"] = [dataclasses.asdict(value) for value in self.fetched]
+            data["fetched"] = [
+                {key: value for key, value in dataclasses.asdict(each).items() if value or key not in _WORKSPACES}
+                for each in self.fetched
+            ]
         if self.fetch_overlap:
             data["fetch_overlap"] = self.fetch_overlap
         if self.prefetch:
@@ -249,6 +252,9 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 MAX_TOTAL_BYTES = 2**62
 _GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap", "prefetch", "host_link")
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
+_WORKSPACES = ("fetch_workspace", "in_flight_workspace")
+_FETCHED_BYTES = ("memory", *_WORKSPACES)
+_FETCHED_REQUIRED = ("name", "memory", "readers", "fetch_cost", "last_use", "backward_start")
 _HOST_LINK_KEYS = tuple(field.name for field in dataclasses.fields(HostLink))
 _NODE_KEYS = (
     "name",
@@ -306,10 +312,11 @@ def _fetched_from_dict(index: int, entry: Any) -> FetchedValue:
     if not isinstance(entry, dict):
         raise InvalidGraph(f"fetched value {index} must be a JSON object, got {type(entry).__name__}")
     _known_keys(f"fetched value {index}", entry, _FETCHED_KEYS)
-    missing = {"name", "memory", "readers", "fetch_cost", "last_use", "backward_start"} - entry.keys()
+    missing = set(_FETCHED_REQUIRED) - entry.keys()
     if missing:
         raise InvalidGraph(f"fetched value {index} lacks the field(s) {sorted(missing)}")
-    return FetchedValue(**{**entry, "memory": _whole_bytes(entry["memory"]), "readers": tuple(entry["readers"])})
+    sizes = {field: _whole_bytes(entry[field]) for field in _FETCHED_BYTES if field in entry}
+    return FetchedValue(**{**entry, **sizes, "readers": tuple(entry["readers"])})
 
 
 def _host_link_from_dict(entry: Any) -> HostLink:
@@ -335,8 +342,11 @@ def _validate_fetched(graph: Graph) -> None:
         )
     for index, value in enumerate(graph.fetched):
         label = f"fetched value {index} ({value.name!r})"
-        if not _is_byte_count(value.memory):
-            raise InvalidGraph(f"{label}: memory must be an integer number of bytes >= 0, got {value.memory!r}")
+        for field in _FETCHED_BYTES:
+            if not _is_byte_count(getattr(value, field)):
+                raise InvalidGraph(
+                    f"{label}: {field} must be an integer number of bytes >= 0, got {getattr(value, field)!r}"
+                )
         cost = value.fetch_cost
         if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
             raise InvalidGraph(f"{label}: fetch_cost must be a finite number >= 0, got {cost!r}")
@@ -384,7 +394,7 @@ def _validate(graph: Graph) -> None:
             if source < 0:
                 raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")
     _validate_fetched(graph)
-    total = graph.fixed_memory + max(graph.stage_held, default=0) + sum(value.memory for value in graph.fetched)
+    total = graph.fixed_memory + max(graph.stage_held, default=0) + sum(map(fetch_bytes, graph.fetched))
     total += sum(node.memory + node.workspace + (node.recompute_workspace or 0) + node.retained for node in graph.nodes)
     if total > MAX_TOTAL_BYTES:
         raise InvalidGraph(

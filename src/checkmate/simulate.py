@@ -60,6 +60,8 @@ class Schedule:
             `usage` counts beside U.
         moves: the plan's copies to host memory and back (`checkmate.moved`; empty for none).
         host_peak: the most bytes the moves hold in host memory.
+        fetched_bytes: per stage, what `usage` counts for the graph's fetched values and their fetches
+            (`checkmate.fetched.present_bytes`; empty without fetched values).
     """
 
     steps: tuple[Step, ...]
@@ -70,6 +72,7 @@ class Schedule:
     stage_start: tuple[int, ...] = ()
     moves: Moves = NO_MOVES
     host_peak: int = 0
+    fetched_bytes: tuple[int, ...] = ()
 
     def stage_peaks(self) -> np.ndarray:
         """int64[T]: the largest of `usage` within each stage (every stage computes at least its own node)."""
@@ -187,6 +190,7 @@ def lower(
         tuple(stage_start),
         moves if moving else NO_MOVES,
         host_peak(memory, moves, T) if moving else 0,
+        tuple(int(held) for held in fetched_bytes) if graph.fetched else (),
     )
 
 

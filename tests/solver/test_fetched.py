@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,12 +23,12 @@ from checkmate.simulate import lower
 from checkmate.solve import solve
 
 
-def _unit(graph: Graph, name: str, readers: tuple[int, ...], memory: int, cost: float, **rules: bool) -> FetchedValue:
+def _unit(graph: Graph, name: str, readers: tuple[int, ...], memory: int, cost: float, **rules: Any) -> FetchedValue:
     backward_start = int(np.flatnonzero(graph.is_backward)[0])
     return FetchedValue(name, memory, readers, cost, last_use=max(readers), backward_start=backward_start, **rules)
 
 
-def _chain_with_unit(n: int, memory: int, cost: float, **rules: bool) -> Graph:
+def _chain_with_unit(n: int, memory: int, cost: float, **rules: Any) -> Graph:
     """The paper's chain with one unit read by forward node 0 and 1 and by their gradients (a block's weights)."""
     graph = linear_graph(n)
     T = graph.size
@@ -55,12 +56,14 @@ def _valid(graph: Graph, R: np.ndarray, presence: np.ndarray) -> bool:
 
 def _oracle(graph: Graph, budget: int) -> float | None:
     """The cheapest plan within `budget` by exhaustive search over S (the fewest computations each allows) and every
-    presence, priced by the paper's equations with the present bytes (and on a graph that prefetches, the bytes of
-    each value fetched in the next stage) as the stage's held memory and each fetch at its cost: nothing from the
-    library's planning code."""
+    presence, priced by the paper's equations with the present bytes, each fetch's workspace in its stage (and on a
+    graph that prefetches, the bytes and in-flight workspace of each value fetched in the next stage) as the stage's
+    held memory and each fetch at its cost: nothing from the library's planning code."""
     T, F = graph.size, len(graph.fetched)
     plain = dataclasses.replace(graph, fetched=())
     sizes = np.array([value.memory for value in graph.fetched])
+    fetching = np.array([value.fetch_workspace for value in graph.fetched])
+    in_flight = np.array([value.in_flight_workspace for value in graph.fetched])
     costs = np.array([value.fetch_cost for value in graph.fetched])
     entries = useful_entries(plain)
     best = None
@@ -74,8 +77,9 @@ def _oracle(graph: Graph, budget: int) -> float | None:
             if not _valid(graph, R, presence):
                 continue
             rises = presence & ~np.vstack([np.zeros((1, F), dtype=bool), presence[:-1]])
-            device = presence | (np.vstack([rises[1:], np.zeros((1, F), dtype=bool)]) & graph.prefetch)
-            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in device.astype(int) @ sizes))
+            ahead = np.vstack([rises[1:], np.zeros((1, F), dtype=bool)]) & graph.prefetch
+            stage_bytes = (presence | ahead).astype(int) @ sizes + rises.astype(int) @ fetching + ahead @ in_flight
+            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in stage_bytes))
             cost, peak = paper_cost_and_peak(held, R, S)
             for t in range(T):  # each stage's fetches, less what the stage before's compute hides
                 before = sum(node.cost if i == t - 1 else (node.recompute_cost or node.cost)
@@ -92,6 +96,10 @@ ORACLE_GRAPHS = {
     "chain, released": _chain_with_unit(2, memory=3, cost=0.5, released_before_backward=True),
     "chain, prefetched": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), prefetch=True),
     "chain, overlapped": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), fetch_overlap=0.5, prefetch=True),
+    "chain, fetch workspace": _chain_with_unit(2, memory=2, cost=0.5, fetch_workspace=2),
+    "chain, prefetched with workspaces": dataclasses.replace(
+        _chain_with_unit(2, memory=2, cost=0.5, fetch_workspace=1, in_flight_workspace=2), prefetch=True
+    ),
 }
 
 
@@ -126,15 +134,25 @@ def _with_units(graph: Graph) -> Graph:
     )
 
 
+def _with_workspaces(graph: Graph) -> Graph:
+    """`graph` whose fetches hold more than their values: 3 bytes beside each, 2 beside each buffer in flight."""
+    values = tuple(dataclasses.replace(value, fetch_workspace=3, in_flight_workspace=2) for value in graph.fetched)
+    return dataclasses.replace(graph, fetched=values)
+
+
 FEASIBLE_GRAPHS = [
     _with_units(linear_graph(5)),
     _with_units(random_training_graph(6, seed=3)),
     dataclasses.replace(_with_units(random_training_graph(6, seed=4)), fetch_overlap=0.3, prefetch=True),
     dataclasses.replace(_with_units(random_training_graph(6, seed=5)), prefetch=True),
+    _with_workspaces(_with_units(random_training_graph(6, seed=6))),
+    dataclasses.replace(_with_workspaces(_with_units(random_training_graph(6, seed=7))), prefetch=True),
 ]
 
 
-@pytest.mark.parametrize("graph", FEASIBLE_GRAPHS, ids=["chain", "random", "overlapped", "prefetched"])
+@pytest.mark.parametrize(
+    "graph", FEASIBLE_GRAPHS, ids=["chain", "random", "overlapped", "prefetched", "workspaces", "prefetched workspaces"]
+)
 def test_valid_plans_with_presences_are_feasible_points_with_the_simulated_cost_and_peak(graph: Graph) -> None:
     scale = memory_scale(graph)
     rng = np.random.default_rng(graph.size)
@@ -216,3 +234,19 @@ def test_a_presence_that_breaks_a_rule_is_refused() -> None:
 def test_the_graph_file_keeps_its_fetched_values() -> None:
     graph = dataclasses.replace(_with_units(training_graph([[], [0], [1], [2]])), fetch_overlap=0.25, prefetch=True)
     assert Graph.from_json(graph.to_json()) == graph
+    assert Graph.from_json(_with_workspaces(graph).to_json()) == _with_workspaces(graph)
+
+
+def test_a_fetch_workspace_is_counted_where_the_plan_fetches() -> None:
+    """The unit fetched again for the backward fits 9 bytes when fetches hold nothing beside it; a fetch that holds 2
+    bytes more (FSDP2's flat all-gather buffer) puts them in the backward stage that fetches it again, above the
+    budget, so there the plan holds the unit from forward to backward and recomputes to make room instead."""
+    light = _chain_with_unit(4, memory=4, cost=0.5)
+    again = solve(light, 9, method="optimal", time_limit=30)
+    assert fetches(again.presence).tolist() == [2] and not again.recomputes
+    heavy = _chain_with_unit(4, memory=4, cost=0.5, fetch_workspace=2)
+    priced = make_plan(heavy, again.R, again.S, method="test", presence=again.presence)
+    assert priced.peak_memory > 9, "the workspace counts at the second fetch"
+    plan = solve(heavy, 9, method="optimal", time_limit=30)
+    assert fetches(plan.presence).tolist() == [1] and plan.recomputes
+    assert plan.peak_memory <= 9 and plan.status == "optimal"

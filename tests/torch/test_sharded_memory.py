@@ -15,9 +15,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from checkmate.graph import Graph, Node
+from checkmate.sharded.captured_units import unit_fetches
 from checkmate.sharded.memory import UnitBytes, held_at_computes, sharded_peak, sharded_usage, stage_memory
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
-from checkmate.simulate import Compute, Free, Schedule
+from checkmate.simulate import Compute, Free, Schedule, lower
 
 SCHEDULE = Schedule(
     tuple(Compute(node, node) for node in range(4)), cost=4.0, peak_memory=300, usage=(100, 200, 300, 250)
@@ -93,14 +95,25 @@ def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None
 BLOCKS = dataclasses.replace(USE, reshard_after_forward=(True, True))
 
 
-def _planned(presence: list[list[bool]], prefetch: bool = False) -> Schedule:
+def _planned(presence: list[list[bool]], prefetch: bool = False, collectives_copy: bool = False) -> Schedule:
     """SCHEDULE planned with the units' `presence` (per stage, per unit): the simulator's usage then counts the
     present units' parameters (10 and 20 bytes) in each stage, and with prefetching those of a unit gathered in the
-    next stage."""
+    next stage; and the gathers' workspaces: in the stage of each gather its flat buffer (10, 20) and gloo's copies
+    (15, 30), in the stage before a prefetched gather its copies."""
     present = np.array(presence, dtype=bool)
-    device = present | (np.vstack([present[1:] & ~present[:-1], np.zeros((1, 2), dtype=bool)]) & prefetch)
-    usage = tuple(int(u) for u in np.array(SCHEDULE.usage) + device.astype(int) @ np.array([10, 20]))
-    return dataclasses.replace(SCHEDULE, usage=usage, peak_memory=max(usage), presence=present)
+    gathered = present & ~np.vstack([np.zeros((1, 2), dtype=bool), present[:-1]])
+    ahead = np.vstack([gathered[1:], np.zeros((1, 2), dtype=bool)]) & prefetch
+    copies = np.array([15, 30]) if collectives_copy else np.zeros(2, dtype=int)
+    counted = (present | ahead).astype(int) @ np.array([10, 20])
+    counted += gathered.astype(int) @ (np.array([10, 20]) + copies) + ahead.astype(int) @ copies
+    usage = np.array(SCHEDULE.usage) + counted
+    return dataclasses.replace(
+        SCHEDULE,
+        usage=tuple(map(int, usage)),
+        peak_memory=int(usage.max()),
+        presence=present,
+        fetched_bytes=tuple(map(int, counted)),
+    )
 
 
 def test_a_unit_the_plan_holds_is_gathered_once() -> None:
@@ -121,16 +134,22 @@ def test_a_unit_the_plan_holds_is_gathered_once() -> None:
 def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_units(
     prefetch: bool, collectives_copy: bool
 ) -> None:
-    """The oracle: FSDP2's placement of units it never reshards after the forward."""
+    """The oracle: FSDP2's placement of units it never reshards after the forward. The extras are what the units
+    hold beside what the plan counts for them."""
     sizes = _sizes(collectives_copy)
     blocks = dataclasses.replace(BLOCKS, prefetch_gathers=prefetch)
     kept = dataclasses.replace(blocks, reshard_after_forward=(False, False))
-    schedule = _planned([[True, False], [True, True], [True, True], [True, False]], prefetch)
+    schedule = _planned([[True, False], [True, True], [True, True], [True, False]], prefetch, collectives_copy)
     assert sharded_usage(schedule, blocks, sizes) == sharded_usage(SCHEDULE, kept, sizes)
     stages, expected = stage_memory(schedule, blocks, sizes), stage_memory(SCHEDULE, kept, sizes)
     assert stages.peaks == expected.peaks
-    on_device = (30 if prefetch else 10, 30, 30, 10)  # with prefetching, unit 1's buffer from stage 0
-    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, on_device, strict=True))
+    # what the plan counts for the units: with prefetching, unit 1's buffer from stage 0; each gather's workspace in
+    # its stage (its flat buffer and gloo's copies), and with prefetching unit 1's copies in flight in stage 0
+    copies = (15, 30) if collectives_copy else (0, 0)
+    gathers = (10 + copies[0], 20 + copies[1])
+    on_device = (30 + copies[1] if prefetch else 10, 30, 30, 10)
+    counted = (on_device[0] + gathers[0], on_device[1] + gathers[1], 30, 10)
+    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, counted, strict=True))
 
 
 def test_a_read_where_the_plan_has_no_unit_gathered_is_refused() -> None:
@@ -142,23 +161,28 @@ def test_a_read_where_the_plan_has_no_unit_gathered_is_refused() -> None:
 def test_a_prefetch_starts_in_the_stage_before_the_plan_makes_a_unit_present() -> None:
     """Unit 1 present in stages 1 and 2, unit 0 in 0 and again from stage 2, a stage before its read in stage 3 (a
     deeper prefetch, the plan's choice): unit 1's all-gather starts at the start of stage 0, unit 0's second at the
-    start of stage 1; each GATHER waits before the first read. The buffers count in the plan's usage from there
-    (`checkmate.fetched.on_device`), so they are not in the stages' extras."""
+    start of stage 1; each GATHER waits for its all-gather at the start of the first stage the plan has the unit
+    present in, where the plan counts it. The buffers count in the plan's usage from there
+    (`checkmate.fetched.on_device`), and so do the gathers' workspaces (their flat buffers, in the stage of each
+    GATHER), so neither is in the stages' extras."""
     sizes = _sizes(collectives_copy=False)
     use = dataclasses.replace(BLOCKS, prefetch_gathers=True)
     schedule = _planned([[True, False], [False, True], [True, True], [True, False]], prefetch=True)
     steps = place_unit_calls(schedule.steps, use, schedule.presence)
     order = [(step.action, step.unit) if isinstance(step, UnitCall) else step.node for step in steps]
     assert order == [
-        (GATHER, 0), (PREFETCH, 1), 0, (FREE, 0), (GATHER, 1), (PREFETCH, 0), 1, 2, (REDUCE, 1), (GATHER, 0), 3,
+        (GATHER, 0), (PREFETCH, 1), 0, (FREE, 0), (GATHER, 1), (PREFETCH, 0), 1, (GATHER, 0), 2, (REDUCE, 1), 3,
         (REDUCE, 0),
     ]  # fmt: skip
-    # the plan counts 30 on the device in stages 0-2 (a buffer or parameters of both units) and 10 in stage 3, so
     # the graph's own part is (100, 200, 300, 250); C0: 100 + unit 0 10 + unit 1's buffer 20 + the kept reduce-scatter
     # input 10; GATHER 1: 100 + its buffer and outputs 2 x 20 + 10; PREFETCH 0: 100 + unit 1 20 + unit 0's buffer 10
-    # + 10; C1, C2: + 40; REDUCE 1 as before; GATHER 0: 300 + the buffer and outputs 2 x 10 + unit 1's kept input 20
-    assert sharded_usage(schedule, use, sizes) == (80, 90, 140, 140, 150, 140, 240, 340, 390, 340, 280, 305)
-    assert stage_memory(schedule, use, sizes).extras == (20, 10, 60, 45)
+    # + 10; C1: 200 + 40; GATHER 0 (no stage start here: on C1's usage): 200 + unit 1 20 + unit 0's buffer and outputs
+    # 2 x 10 + 10; C2 300 + 40; REDUCE 1 as before; C3: 250 + unit 0 10 + unit 1's kept input 20
+    assert sharded_usage(schedule, use, sizes) == (80, 90, 140, 140, 150, 140, 240, 250, 340, 390, 280, 305)
+    # extras: the most the units hold at a moment of each stage (50; GATHER 0 50; REDUCE 1 90; REDUCE 0 55) less what
+    # the plan counts (40, 50, 40, 10: on the device as above, and the gathers' flat buffers, unit 0's 10 in stages 0
+    # and 2, unit 1's 20 in stage 1)
+    assert stage_memory(schedule, use, sizes).extras == (10, 0, 50, 45)
 
 
 def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
@@ -190,3 +214,34 @@ def test_gloo_threads_hold_the_two_largest_collectives_a_prefetch_and_its_gather
     with_copies, without = (held_at_computes(SCHEDULE, use, sizes[copies]) for copies in (True, False))
     in_flight = 60 if prefetch else 0
     assert [a - b for a, b in zip(with_copies, without, strict=True)] == [75 + in_flight, 75, 75, 75]
+
+
+# The same step as a graph the simulator plans (1 byte a node, node 3 reading node 0's output too), with the
+# units' parameters as its fetched values: the plan's own count of every gather.
+GRAPH = Graph(
+    (
+        Node("forward 0", 1.0, 1),
+        Node("forward 1", 1.0, 1, inputs=(0,)),
+        Node("backward 1", 1.0, 1, backward=True, inputs=(1,)),
+        Node("backward 0", 1.0, 1, backward=True, inputs=(2, 0)),
+    ),
+    fixed_memory=50,
+)
+
+
+@pytest.mark.parametrize("collectives_copy", [False, True])
+def test_each_units_fetch_holds_its_gathers_buffers(collectives_copy: bool) -> None:
+    """The plan's fetched value of each unit counts what its gather holds beside the parameters where the plan
+    gathers it: the flat all-gather buffer (10, 20) and on gloo the copies of it and of the shard (15, 30) through
+    the stage of the GATHER; prefetched, the copies through the stage before, beside the buffer. The plan of the
+    four-node step that gathers unit 0 again for its backward counts them in stages 0 and 3 (unit 0) and 1 (unit 1)."""
+    sizes = _sizes(collectives_copy)
+    fetched = unit_fetches(BLOCKS, sizes, GRAPH.size, (1.0, 1.0), released_before_backward=False)
+    copies = (15, 30) if collectives_copy else (0, 0)
+    assert [value.fetch_workspace for value in fetched] == [10 + copies[0], 20 + copies[1]]
+    assert [value.in_flight_workspace for value in fetched] == list(copies)
+    graph = dataclasses.replace(GRAPH, fetched=fetched)
+    schedule = lower(graph, np.eye(4, dtype=bool), np.tril(np.ones((4, 4), dtype=bool), -1))
+    assert schedule.presence.astype(int).tolist() == [[1, 0], [0, 1], [0, 1], [1, 0]]
+    gathers = (10 + 10 + copies[0], 20 + 20 + copies[1], 20, 10 + 10 + copies[0])
+    assert schedule.fetched_bytes == gathers

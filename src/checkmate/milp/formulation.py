@@ -19,10 +19,12 @@ Variables (only those that can be nonzero are created):
         G[t, v] <= G[t+1, v] from v's backward_start to its last use, G = 1 there and 0 after (so no reader runs
         after it: a restriction of `checkmate.fetched`'s rules); kept values G = 1 from their first reader to the
         last use; a value released before the backward G = 0 at its backward_start. v's bytes join U[t, 0] (eq. 2)
-        and so every U[t, k] of the stage, and on a graph that prefetches those of U[t - 1, 0] with A[t, v] (the
-        fetch's buffer). Each fetch costs c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v
-        A[t, v] - overlap * sum_i c[t-1, i] R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage
-        t - 1 does not hide, is added to (1a) instead. Not in the paper.
+        and so every U[t, k] of the stage, with its fetch's workspace times A[t, v]; on a graph that prefetches, its
+        bytes and its in-flight workspace join U[t - 1, 0] with A[t, v] (the fetch's buffer). A is exact in these
+        rows where it is at its least, G[t, v] - G[t-1, v], and above it only over-counts. Each fetch costs
+        c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i]
+        R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage t - 1 does not hide, is added to (1a)
+        instead. Not in the paper.
     C[t, i], P[t, i], O[t, i] and X[t] on a graph with a host link: copies of node i's output to host memory and back,
         decided with R and S (`checkmate.milp.moves`, `checkmate.moved`). Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.fetched import default_presence, exposed_fetch_times, on_device, rises
+from checkmate.fetched import default_presence, exposed_fetch_times, held_in_stages, rises
 from checkmate.graph import Graph
 from checkmate.milp.columns import numbered
 from checkmate.milp.moves import (
@@ -184,15 +186,17 @@ def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray, moves: MoveColumns) 
 
 
 def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
-    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v] (+ sum_v M_v A[t+1,v] on a graph that
-    prefetches, `checkmate.fetched`; + sum_i M_i (P[t,i] + B[t,i]) with moves, `checkmate.milp.moves`);
-    (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v (M_v G[t,v] + W_v A[t,v]) (+ sum_v (M_v + F_v) A[t+1,v]
+    on a graph that prefetches, with W and F the fetches' workspaces, `checkmate.fetched`; + sum_i M_i (P[t,i] +
+    B[t,i]) with moves, `checkmate.milp.moves`); (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
     present_stage, present_value = np.nonzero(index.G_col >= 0)
+    fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
     if graph.prefetch:  # a fetch of stage t + 1 fills its buffer in stage t
         ahead_stage, ahead_value = np.nonzero(index.A_col[1:] >= 0)
     else:
         ahead_stage = ahead_value = np.zeros(0, dtype=np.int64)
+    scale = index.scale
     U_row = index.U_col - index.U_col[0, 0]
     stage, node = np.nonzero(index.U_col >= 0)
     rest = node > 0
@@ -211,6 +215,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 U_row[held_stage, 0],
                 U_row[index.free_stage, free_target + 1],
                 U_row[present_stage, 0],
+                U_row[fetch_stage, 0],
                 U_row[ahead_stage, 0],
             ]
         ),
@@ -223,6 +228,7 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 index.S_col[held_stage, held_node],
                 index.free_col,
                 index.G_col[present_stage, present_value],
+                index.A_col[fetch_stage, fetch_value],
                 index.A_col[ahead_stage + 1, ahead_value],
             ]
         ),
@@ -234,8 +240,9 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 -sizes[node[computed]],
                 -sizes[held_node],
                 sizes[free_source],
-                -index.scale.fetched_sizes[present_value].astype(np.float64),
-                -index.scale.fetched_sizes[ahead_value].astype(np.float64),
+                -scale.fetched_sizes[present_value].astype(np.float64),
+                -scale.fetch_workspace[fetch_value].astype(np.float64),
+                -(scale.fetched_sizes + scale.in_flight_workspace)[ahead_value].astype(np.float64),
             ]
         ),
         lower=np.zeros(stage.size),
@@ -574,7 +581,14 @@ def encode_solution(
     freed = np.zeros((index.T, index.T))
     np.add.at(freed, (stage, target), sizes[source] * free)
     freed_before = np.cumsum(freed, axis=1) - freed
-    present = on_device(presence, graph.prefetch).astype(np.float64) @ index.scale.fetched_sizes.astype(np.float64)
+    scale = index.scale
+    present = held_in_stages(
+        presence,
+        graph.prefetch,
+        scale.fetched_sizes.astype(np.float64),
+        scale.fetch_workspace.astype(np.float64),
+        scale.in_flight_workspace.astype(np.float64),
+    )
     present += (moves.copied_in(index.T) | moves.buffers(index.T)).astype(np.float64) @ sizes  # copies back, buffers
     U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before
     x = np.zeros(index.num_variables)

@@ -32,6 +32,9 @@ class MemoryScale:
             until node t first runs.
         retained_through: int64[T], the same for nodes 0..t: held from the moment node t first runs.
         fetched_sizes: int64[F], each fetched value's bytes in units, rounded like the sizes (`Graph.fetched`).
+        fetch_workspace: int64[F], the bytes each value's fetch holds beside it, in units, rounded like the sizes.
+        in_flight_workspace: int64[F], the bytes each value's prefetch holds beside its buffer, in units, rounded
+            like the sizes.
     """
 
     unit: int
@@ -42,6 +45,8 @@ class MemoryScale:
     retained_before: np.ndarray
     retained_through: np.ndarray
     fetched_sizes: np.ndarray
+    fetch_workspace: np.ndarray
+    in_flight_workspace: np.ndarray
 
     def retained_at(self, stage: np.ndarray, node: np.ndarray) -> np.ndarray:
         """Units retained while node k runs in stage t (k <= t), for arrays of (t, k): node t's own from its run."""
@@ -58,8 +63,10 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    fetched = np.array([value.memory for value in graph.fetched], dtype=np.int64)
-    amounts = np.concatenate([graph.memory, graph.workspace, graph.recompute_workspace, graph.retained, fetched])
+    fetched, fetch_workspace, in_flight = _fetched_amounts(graph)
+    amounts = np.concatenate(
+        [graph.memory, graph.workspace, graph.recompute_workspace, graph.retained, fetched, fetch_workspace, in_flight]
+    )
     positive = amounts[amounts > 0]
     divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
     largest = int(positive.max()) if positive.size else 0
@@ -75,6 +82,18 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
         retained_before=(-(-before // unit)).astype(np.int64),
         retained_through=(-(-through // unit)).astype(np.int64),
         fetched_sizes=(-(-fetched // unit)).astype(np.int64),
+        fetch_workspace=(-(-fetch_workspace // unit)).astype(np.int64),
+        in_flight_workspace=(-(-in_flight // unit)).astype(np.int64),
+    )
+
+
+def _fetched_amounts(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int64[F] each: the fetched values' bytes, their fetches' workspaces and their in-flight workspaces."""
+    values = graph.fetched
+    return (
+        np.array([value.memory for value in values], dtype=np.int64),
+        np.array([value.fetch_workspace for value in values], dtype=np.int64),
+        np.array([value.in_flight_workspace for value in values], dtype=np.int64),
     )
 
 
@@ -84,6 +103,7 @@ def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
         return scale
     through = graph.retained_through
     before = through - graph.retained
+    fetched, fetch_workspace, in_flight = _fetched_amounts(graph)
     return MemoryScale(
         unit=scale.unit,
         sizes=graph.memory // scale.unit,
@@ -92,5 +112,7 @@ def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
         recompute_workspace=graph.recompute_workspace // scale.unit,
         retained_before=before // scale.unit,
         retained_through=through // scale.unit,
-        fetched_sizes=np.array([value.memory for value in graph.fetched], dtype=np.int64) // scale.unit,
+        fetched_sizes=fetched // scale.unit,
+        fetch_workspace=fetch_workspace // scale.unit,
+        in_flight_workspace=in_flight // scale.unit,
     )

@@ -20,7 +20,7 @@ from checkmate.captured import Captured
 from checkmate.errors import ShardedTrainingError
 from checkmate.fetched import FetchedValue
 from checkmate.options import GradientMemory
-from checkmate.sharded.memory import UnitBytes
+from checkmate.sharded.memory import UnitBytes, gather_workspaces
 from checkmate.sharded.reads import unit_use
 from checkmate.sharded.timeline import UnitUse
 from checkmate.sharded.units import Unit
@@ -83,8 +83,10 @@ def unit_fetches(
     nodes that read its parameters, last used by the last node that makes one of its gradients (its REDUCE
     follows), its backward from the stage after the loss's, kept where FSDP2 does not reshard it after the forward,
     released before the backward when the step must not hold it (`ShardedOptions.hold_gathered` off), each fetch at
-    `fetch_costs` (the graph's cost unit). A unit the step does not use is present in the last stage only."""
+    `fetch_costs` (the graph's cost unit) with its gather's buffers as its workspaces
+    (`checkmate.sharded.memory.gather_workspaces`). A unit the step does not use is present in the last stage only."""
     values = []
+    gathering, in_flight = gather_workspaces(sizes)
     for unit, (memory, cost) in enumerate(zip(sizes.parameters, fetch_costs, strict=True)):
         readers = tuple(node for node, units in enumerate(use.reads) if unit in units)
         makers = [node for node, units in enumerate(use.gradients) if unit in units]
@@ -100,6 +102,8 @@ def unit_fetches(
                 backward_start=use.last_forward_stage + 1,
                 kept=kept,
                 released_before_backward=released_before_backward and not kept and bool(readers),
+                fetch_workspace=int(gathering[unit]),
+                in_flight_workspace=int(in_flight[unit]),
             )
         )
     return tuple(values)

@@ -29,7 +29,11 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
 the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
-the present parameters out of the simulator's usage, to count them at the calls instead.
+the present parameters out of the simulator's usage, to count them at the calls instead. The plan counts each
+gather's buffers too, as its fetch's workspaces (`gather_workspaces`): through the stage of a GATHER, the flat buffer
+and gloo's copies beside the gathered parameters; through the stage of a PREFETCH, gloo's copies beside the flat
+buffer. Those are taken out of the simulator's usage as well (`Schedule.fetched_bytes`), so the plan's usage and
+these moments count every gather where the plan puts it.
 
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to
@@ -50,7 +54,6 @@ from typing import NamedTuple
 import numpy as np
 
 from checkmate.execute.codegen import ScheduleItem
-from checkmate.fetched import on_device
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Schedule
 
@@ -90,7 +93,7 @@ class Moment(NamedTuple):
     """One moment of the sharded step: after a compute step, or during a unit call."""
 
     stage: int
-    graph: int  # the graph's own usage (`Schedule.usage`)
+    graph: int  # the graph's own usage (`Schedule.usage`), less what the plan counts for the units' gathers
     units: int  # what the units hold beside it
     compute: bool  # after a compute step (else during a unit call)
 
@@ -103,7 +106,7 @@ def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[i
 def held_at_computes(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
     """What the units hold beside the graph's usage (`Schedule.usage`) at each compute step of `schedule`, in order:
     less than nothing where the plan's presence counts parameters in that usage that are not gathered yet."""
-    _, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
+    _, present = _planned_presence(schedule, sizes)
     moments = _moments(schedule, use, sizes)
     return tuple(moment.units - int(present[moment.stage]) for moment in moments if moment.compute)
 
@@ -114,9 +117,9 @@ class StageMemory:
     first one).
 
     Attributes:
-        extras: per stage, the most the units hold beside the graph's own usage at any moment of it, less the
-            parameters the plan's presence counts in that usage (never below 0): the `Graph.stage_held` that lets a
-            solver see the units, estimated on the schedule.
+        extras: per stage, the most the units hold beside the graph's own usage at any moment of it, less what the
+            plan counts for the gathers in that usage (`Schedule.fetched_bytes`; never below 0): the
+            `Graph.stage_held` that lets a solver see the units, estimated on the schedule.
         peaks: per stage, the most bytes in use at any moment of it (`sharded_usage`).
     """
 
@@ -133,7 +136,7 @@ def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMem
     """The extras and peaks of each stage, from one replay of the sharded step."""
     stages = max((step.stage for step in schedule.steps), default=-1) + 1
     extras, peaks = [0] * stages, [0] * stages
-    _, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
+    _, present = _planned_presence(schedule, sizes)
     for stage, graph_part, units, _ in _moments(schedule, use, sizes):
         extras[stage] = max(extras[stage], units - int(present[stage]))
         peaks[stage] = max(peaks[stage], graph_part + units)
@@ -145,7 +148,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     gathered = [False] * len(sizes.parameters)
     in_flight = [False] * len(sizes.parameters)  # prefetched: the flat all-gather buffer, not yet copied out
     unsharded = [0] * len(sizes.parameters)
-    presence, present = _planned_presence(schedule, sizes, use.prefetch_gathers)
+    presence, present = _planned_presence(schedule, sizes)
     steps = place_unit_calls(schedule.steps, use, presence)
     reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
@@ -217,10 +220,10 @@ def _opening_stages(steps: Sequence[ScheduleItem]) -> list[int | None]:
     return opening
 
 
-def _planned_presence(schedule: Schedule, sizes: UnitBytes, prefetch: bool) -> tuple[np.ndarray | None, np.ndarray]:
-    """The plan's presence of the units' parameters (None: FSDP2's placement) and the bytes of the parameters on the
-    device in each stage (present, or prefetched for the next stage), which `Schedule.usage` counts
-    (`checkmate.fetched.present_bytes`) and the moments count at the units' calls instead."""
+def _planned_presence(schedule: Schedule, sizes: UnitBytes) -> tuple[np.ndarray | None, np.ndarray]:
+    """The plan's presence of the units' parameters (None: FSDP2's placement) and the bytes the plan counts for them
+    in each stage (`Schedule.fetched_bytes`: the parameters present or prefetched for the next stage and their
+    gathers' workspaces, `gather_workspaces`), which the moments count at the units' calls instead."""
     stages = (
         len(schedule.presence)
         if schedule.presence.size
@@ -228,8 +231,16 @@ def _planned_presence(schedule: Schedule, sizes: UnitBytes, prefetch: bool) -> t
     )
     if schedule.presence.shape[1:] != (len(sizes.parameters),):
         return None, np.zeros(stages, dtype=np.int64)
-    held = on_device(schedule.presence, prefetch)
-    return schedule.presence, held.astype(np.int64) @ np.array(sizes.parameters, dtype=np.int64)
+    return schedule.presence, np.array(schedule.fetched_bytes, dtype=np.int64)
+
+
+def gather_workspaces(sizes: UnitBytes) -> tuple[np.ndarray, np.ndarray]:
+    """int64[units] each: what a unit's gather holds beside its gathered parameters through the stage of its GATHER
+    (the flat all-gather buffer, copied out into the parameters there, and gloo's copies) and, prefetched, beside the
+    flat buffer through the stage of its PREFETCH (gloo's copies): the fetch workspaces of the plan's fetched
+    values (`checkmate.fetched`)."""
+    copies = np.array([_copies(UnitCall(GATHER, unit), sizes) for unit in range(len(sizes.parameters))], dtype=np.int64)
+    return np.array(sizes.parameters, dtype=np.int64) + copies, copies
 
 
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:

@@ -21,13 +21,16 @@ prefetching, `Graph.prefetch`) how far ahead each gather starts, are decisions o
 priced at its all-gather's time measured on the process group at the first compile and cached
 (`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput),
 and, with prefetching and `ShardedOptions(overlap_gathers)` (the default), the fraction of a gather that runs
-beside compute measured as well (the graph's `fetch_overlap`). The step then gathers and frees each unit where the
-plan says (`checkmate.sharded.timeline`). What else the units hold (gather and reduce-scatter buffers, unsharded
-gradients, gloo's copies) the solver sees through the graph's `stage_held`: per stage, what they hold beside the
-graph's own usage in the step without recomputation (`checkmate.sharded.memory.StageMemory.extras`). A plan can move
-those; when the sharded peak of the plan found is over the budget, each stage where it is over takes the larger of
-the two estimates, that one and the plan's, and the graph is solved again: at most `FIT_ROUNDS` solves, which share
-the method's `time_limit` (each what the ones before it left).
+beside compute measured as well (the graph's `fetch_overlap`). What a gather holds beside the parameters (FSDP2's
+flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's workspace, counted in the stage of each
+gather the plan makes (`checkmate.sharded.memory.gather_workspaces`). The step then gathers and frees each unit where
+the plan says (`checkmate.sharded.timeline`). What else the units hold (reduce-scatter buffers, unsharded gradients,
+what gloo's threads keep of finished collectives) the solver sees through the graph's `stage_held`: per stage, what
+they hold beside the graph's own usage and its count of the gathers in the step without recomputation
+(`checkmate.sharded.memory.StageMemory.extras`), an estimate: where a plan's stage holds more than it, each stage
+where the sharded peak is over the budget takes the larger of the two estimates, that one and the plan's, and the
+graph is solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before
+it left).
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ def _plan_within_budget(
     budget = resolve_budget(settings.budget, reference.peak)
     held = reference.extras
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
-    for _ in range(FIT_ROUNDS):
+    for round_number in range(1, FIT_ROUNDS + 1):
         options = settings.solve_options
         if asked is not None:  # the rounds share the time limit
             left = asked - (time.perf_counter() - started)
@@ -191,7 +194,13 @@ def _plan_within_budget(
         round_settings = dataclasses.replace(settings, solve_options=options)
         planned = plan_again(no_remat, budget, round_settings, graph, planning_started)
         found = stage_memory(planned.schedule, units_of_capture.use, units_of_capture.sizes)
-        log.info("sharded peak %s for a budget of %s", format_bytes(found.peak), format_bytes(budget))
+        log.info(
+            "sharded peak %s for a budget of %s (solve %d of at most %d)",
+            format_bytes(found.peak),
+            format_bytes(budget),
+            round_number,
+            FIT_ROUNDS,
+        )
         if found.peak <= budget:
             return planned
         held = tuple(

@@ -26,7 +26,8 @@ same order. A REDUCE runs FSDP2's post-backward, which issues the reduce-scatter
 
 Which units are freed after their forward and gathered again is the plan's decision: the presence of each unit's
 parameters, a fetched value of the plan's graph (`checkmate.fetched`; `checkmate.sharded.planning`), whose runs of
-stages each get one gather. Without a presence, FSDP2's own rule: `UnitUse.reshard_after_forward`.
+stages each get one gather, at the start of the run (where the plan counts the gather's buffers), and one free after
+the run's last read. Without a presence, FSDP2's own rule: `UnitUse.reshard_after_forward`.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def place_unit_calls(
 ) -> tuple[ScheduleItem, ...]:
     """The schedule's steps with each unit's gathers, frees and reduce placed among them (see the module doc):
     FSDP2's placement, or, given the plan's `presence` (bool[T, units], `checkmate.fetched`), one gather per run of
-    stages where a unit is present and read, before its first read there, and a free after its last read there,
-    but the last run's, which the unit's REDUCE ends; with `UnitUse.prefetch_gathers`, each such gather of a run
+    stages where a unit is present and read, before the first compute step of the run's first stage (after the frees
+    of the stage before: where the plan counts the gather), and a free after its last read there, but the last
+    run's, which the unit's REDUCE ends; with `UnitUse.prefetch_gathers`, each such gather of a run
     that starts in stage s > 0 is started at the start of stage s - 1 (PREFETCH), where the plan counts its
     buffer."""
     positions = unit_positions(steps, use)
@@ -136,8 +138,8 @@ def place_unit_calls(
         forward, backward = positions.forward_reads.get(unit, []), positions.backward_reads.get(unit, [])
         if presence is not None:
             for run, reads in _reads_by_run(steps, [*forward, *backward], presence[:, unit]):
-                if reads:
-                    before.setdefault(reads[0], []).append(UnitCall(GATHER, unit))
+                if reads:  # at the run's start, where the plan counts the gather (`checkmate.fetched`)
+                    before.setdefault(stage_start[run.first], []).append(UnitCall(GATHER, unit))
                     if use.prefetch_gathers and run.first > 0:
                         starts.setdefault(stage_start[run.first - 1], []).append(UnitCall(PREFETCH, unit))
                     if not run.final:

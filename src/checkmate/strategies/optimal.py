@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from checkmate.bounds import activation_floor
+from checkmate.fetched import fetch_bytes
 from checkmate.graph import Graph
 from checkmate.milp.backends import check_backend_name
 from checkmate.milp.scaling import DEFAULT_RESOLUTION
@@ -94,7 +95,7 @@ def optimal(
         unlimited = checkpoint_all(graph, None)
         return make_plan(graph, unlimited.R, unlimited.S, method=METHOD, status="optimal", lower_bound=unlimited.cost)
     if budget is None:  # fetched values: holding them costs memory, fetching them again time
-        budget = checkpoint_all(graph, None).peak_memory + sum(value.memory for value in graph.fetched)
+        budget = checkpoint_all(graph, None).peak_memory + sum(map(fetch_bytes, graph.fetched))
     if budget < activation_floor(graph):
         raise infeasible_budget(graph, budget, method=METHOD, time_limit=message_time(control))
     policy = dataclasses.replace(
