@@ -203,13 +203,22 @@ def _plan_within_budget(
         )
         if found.peak <= budget:
             return planned
+        over = [stage for stage, stage_peak in enumerate(found.peaks) if stage_peak > budget]
+        log.warning(
+            "the plan's sharded peak %s is over the budget %s: in %d stages (first %d) the units hold more than the "
+            "estimate the solver saw; solving again with the larger estimate there",
+            format_bytes(found.peak),
+            format_bytes(budget),
+            len(over),
+            over[0],
+        )
         held = tuple(
             max(estimate, seen) if stage_peak > budget else estimate
             for estimate, seen, stage_peak in zip(held, found.extras, found.peaks, strict=True)
         )
     raise InfeasibleBudget(
-        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit (a "
-        "recomputing plan moves the units' gathers): raise the budget or the time limit",
+        f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit "
+        "(what the units hold beside their gathers is estimated per stage): raise the budget or the time limit",
         budget=budget,
         minimum=None,
     )
