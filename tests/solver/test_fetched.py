@@ -208,10 +208,12 @@ def test_a_hold_is_bought_with_recomputation_where_a_fetch_costs_more() -> None:
     assert plan.status == "optimal"
 
 
-def test_the_coarse_path_plans_fetched_values_within_the_budget() -> None:
+@pytest.mark.parametrize("workspace", [0, 3])
+def test_the_coarse_path_plans_fetched_values_within_the_budget(workspace: int) -> None:
     """Through a coarse graph (`exact_nodes` below the graph's size), the plan fits, and holds the unit from forward
-    to backward where the coarse plan did: no more fetches than FSDP2's presence of the same budget's baseline."""
-    graph = _chain_with_unit(12, memory=4, cost=10.0)
+    to backward where the coarse plan did: no more fetches than FSDP2's presence of the same budget's baseline; also
+    where each fetch holds 3 bytes beside the unit, which the expanded plan's simulated peak counts at its fetches."""
+    graph = _chain_with_unit(12, memory=4, cost=10.0, fetch_workspace=workspace)
     no_remat = solve(graph, None, method="checkpoint_all")
     budget = no_remat.peak_memory - 2
     plan = solve(graph, budget, method="optimal", time_limit=20, exact_nodes=10, coarse_nodes=8)
