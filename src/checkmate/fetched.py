@@ -156,9 +156,12 @@ def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:
 def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray, prefetch: bool) -> np.ndarray:
     """int64[T]: the bytes the values and their fetches hold on the device in each stage (`on_device`, and each
     fetch's workspaces: module doc)."""
-    return held_in_stages(
-        presence,
-        prefetch,
+    return held_in_stages(presence, prefetch, *fetched_amounts(values))
+
+
+def fetched_amounts(values: tuple[FetchedValue, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int64[F] each: the values' bytes, their fetches' workspaces and their in-flight workspaces."""
+    return (
         np.array([value.memory for value in values], dtype=np.int64),
         np.array([value.fetch_workspace for value in values], dtype=np.int64),
         np.array([value.in_flight_workspace for value in values], dtype=np.int64),

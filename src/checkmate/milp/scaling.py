@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkmate.fetched import fetched_amounts
 from checkmate.graph import Graph
 
 DEFAULT_RESOLUTION = 4096
@@ -63,7 +64,7 @@ class MemoryScale:
 
 def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemoryScale:
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
-    fetched, fetch_workspace, in_flight = _fetched_amounts(graph)
+    fetched, fetch_workspace, in_flight = fetched_amounts(graph.fetched)
     amounts = np.concatenate(
         [graph.memory, graph.workspace, graph.recompute_workspace, graph.retained, fetched, fetch_workspace, in_flight]
     )
@@ -87,23 +88,13 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
     )
 
 
-def _fetched_amounts(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """int64[F] each: the fetched values' bytes, their fetches' workspaces and their in-flight workspaces."""
-    values = graph.fetched
-    return (
-        np.array([value.memory for value in values], dtype=np.int64),
-        np.array([value.fetch_workspace for value in values], dtype=np.int64),
-        np.array([value.in_flight_workspace for value in values], dtype=np.int64),
-    )
-
-
 def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
     """Sizes rounded down instead of up: a relaxation whose proven bounds are valid for the byte problem."""
     if scale.exact:
         return scale
     through = graph.retained_through
     before = through - graph.retained
-    fetched, fetch_workspace, in_flight = _fetched_amounts(graph)
+    fetched, fetch_workspace, in_flight = fetched_amounts(graph.fetched)
     return MemoryScale(
         unit=scale.unit,
         sizes=graph.memory // scale.unit,
