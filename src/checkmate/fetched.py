@@ -24,11 +24,13 @@ moments after it), and on a graph that prefetches `in_flight_workspace` bytes be
 before. Both follow the plan's fetches (`held_in_stages`), so wherever a plan moves a fetch, what it holds
 is counted there.
 
-The time model: the fetches that make values present in stage t take the sum of their `fetch_cost`s (one link, one
-fetch after another); on a graph that prefetches they run beside the compute of stage t - 1 and hide behind a
-fraction of it, the graph's `fetch_overlap`; the rest is exposed and adds to the step's time
-(`exposed_fetch_times`: per stage t, max(0, fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap`
-0, every fetch is exposed (on CPU ranks a collective's copies in and out run on the cores compute uses).
+The time model is the link's (`checkmate.link_schedule`, the one every value held elsewhere is priced by; the
+values moved to host memory, `checkmate.moved`, are its other instance), with one lane: the fetches that make values
+present in stage t are copies whose window is the stage before, which lends the graph's `fetch_overlap` x its compute
+on a graph that prefetches (none otherwise); they take the sum of their `fetch_cost`s (one fetch after another), and
+what the stage before does not hide is waited for, counted in stage t (`exposed_fetch_times`: per stage t, max(0,
+fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap` 0, every fetch is exposed (on CPU ranks a
+collective's copies in and out run on the cores compute uses).
 
 `default_presence` is FSDP2's own rule (fetched for the forward reads, freed, fetched again for the backward),
 the presence of every plan whose strategy does not decide it.
@@ -41,7 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from checkmate import link_schedule
 from checkmate.errors import InvalidSchedule
+from checkmate.link_schedule import Copies
 
 
 @dataclass(frozen=True)
@@ -138,10 +142,13 @@ def exposed_fetch_times(
 ) -> np.ndarray:
     """float64[T]: per stage, the time of the fetches there that compute does not hide (module doc):
     `stage_compute` is the compute of each stage, `overlap` the fraction of the stage before a fetch's that hides
-    it."""
+    it. The link's model (`checkmate.link_schedule`), one lane: a fetch for stage t is a copy whose window is the
+    stage before, counted at t, the stage that waits for it."""
     costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
-    hidden = overlap * np.concatenate([[0.0], stage_compute[:-1]])
-    return np.maximum(rises(presence).astype(np.float64) @ costs - hidden, 0.0)
+    stage, column = np.nonzero(rises(presence))
+    fetch = Copies(costs[column], stage, stage, column)
+    lent = overlap * np.concatenate([[0.0], stage_compute[:-1]]).astype(np.float64)
+    return link_schedule.schedule((fetch,), lent, len(values)).exposed
 
 
 def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:

@@ -27,26 +27,24 @@ stage of its run; a value copied out in stage t stays on the device to the end o
 held into stage t + 1. On the host: a copied-out value holds its bytes from its copy out to the end of the step
 (`host_peak`), at most the link's `host_memory` (m4).
 
-The time model (`transfer_schedule`): the link to host memory runs beside compute, each direction (device to host,
-host to device) one copy at a time, the two at once. A copy has a window of stages: a copy out in stage t, that stage
-and each following stage whose whole length the value stays on the device (held into the next stage): stages t to
-e - 1 where the value is held into stages t + 1 to e; a copy back, the run of its buffer. Each stage lends each
-direction `HostLink.overlap` x its compute; copies use it earliest deadline first, and where a copy's window ends
-before it is complete, the step waits for it: the stage's time grows by the longest of the two directions' waits, and
-the link goes on copying (in both directions) while it waits. A copy costs the link's latency plus its bytes at the
-direction's cost per byte, in the graph's cost unit. The wait at each stage is the least any order of copies within
-their windows allows (the earliest deadline first, with the link kept busy, is an optimal schedule of such a
-fluid link); the MILP's transfer rows (`checkmate.milp.moves`) express the same model.
+The time model (`transfer_schedule`) is the link's (`checkmate.link_schedule`, the one every value held elsewhere
+is priced by; the fetched values of `checkmate.fetched` are its other instance), with one lane each way (device to
+host, host to device), the two at once. A copy's window: a copy out in stage t, that stage and each following stage
+whose whole length the value stays on the device (held into the next stage): stages t to e - 1 where the value is
+held into stages t + 1 to e; a copy back, the run of its buffer. Each stage lends each lane `HostLink.overlap` x its
+compute. A copy costs the link's latency plus its bytes at the direction's cost per byte, in the graph's cost unit.
+The MILP's transfer rows (`checkmate.milp.moves`) express the same model.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from checkmate import link_schedule
 from checkmate.errors import InvalidSchedule
+from checkmate.link_schedule import Copies
 
 
 @dataclass(frozen=True)
@@ -283,76 +281,33 @@ def transfer_schedule(
     sizes: np.ndarray, link: HostLink | None, moves: Moves, S: np.ndarray, stage_compute: np.ndarray
 ) -> TransferSchedule:
     """Schedule the copies of `moves` (valid for a plan with holds `S`, on a graph of output `sizes`) on the `link`,
-    stage by stage, earliest deadline first (module doc)."""
+    stage by stage, earliest deadline first (module doc; `checkmate.link_schedule`, one lane each way)."""
     T = stage_compute.size
     zeros = np.zeros((T, T))
     if link is None or not moves.any:
         return TransferSchedule(np.zeros(T), zeros, zeros.copy())
-    directions = (
-        _jobs(copy_out_windows(S, moves), moves.copied_out(T), link.to_host_costs(sizes), first_is_start=True),
-        _jobs(moves.buffers(T), moves.copied_in(T), link.to_device_costs(sizes), first_is_start=False),
+    lanes = (
+        _copies(copy_out_windows(S, moves), moves.copied_out(T), link.to_host_costs(sizes), first_is_start=True),
+        _copies(moves.buffers(T), moves.copied_in(T), link.to_device_costs(sizes), first_is_start=False),
     )
-    done = (zeros.copy(), zeros.copy())
-    exposed = np.zeros(T)
-    left = [dict(jobs.work) for jobs in directions]
-    open_jobs: tuple[list[tuple[int, tuple[int, int]]], ...] = ([], [])  # heaps of (deadline, job): earliest first
-    for s in range(T):
-        for d, jobs in enumerate(directions):
-            for job in jobs.opening.get(s, ()):
-                heapq.heappush(open_jobs[d], (jobs.deadline[job], job))
-        lent = link.overlap * float(stage_compute[s])
-        due = [sum(left[d][job] for job in directions[d].due.get(s, ())) for d in range(2)]
-        exposed[s] = max(0.0, max(due) - lent)
-        for d, jobs in enumerate(directions):
-            capacity, heap = lent + exposed[s], open_jobs[d]
-            while heap and capacity > 0:
-                job = heap[0][1]
-                used = min(capacity, left[d][job])
-                left[d][job] -= used
-                done[d][s, job[1]] += used
-                capacity -= used
-                if left[d][job] <= 0:
-                    heapq.heappop(heap)
-            for job in jobs.due.get(s, ()):
-                if left[d][job] > 1e-9 * max(jobs.work[job], 1.0):
-                    raise AssertionError(f"internal: copy {job} left {left[d][job]} past its window")
-            while heap and heap[0][0] <= s:  # due here, done but for rounding
-                heapq.heappop(heap)
-    return TransferSchedule(exposed, done[0], done[1])
+    work = link_schedule.schedule(lanes, link.overlap * stage_compute.astype(np.float64), T)
+    return TransferSchedule(work.exposed, work.done[0], work.done[1])
 
 
-@dataclass(frozen=True)
-class _Jobs:
-    """One direction's copies, each (first stage, node): its work and last stage, the copies whose window opens at
-    each stage and those due at each stage."""
-
-    work: dict[tuple[int, int], float]
-    deadline: dict[tuple[int, int], int]
-    opening: dict[int, list[tuple[int, int]]]
-    due: dict[int, list[tuple[int, int]]]
-
-
-def _jobs(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_start: bool) -> _Jobs:
-    """The copies of one direction from its `window` runs: a copy out's run starts at its mark (`first_is_start`); a
-    copy back's run ends the stage before its mark."""
+def _copies(window: np.ndarray, marks: np.ndarray, costs: np.ndarray, *, first_is_start: bool) -> Copies:
+    """The copies of one direction from its `window` runs, in order of (first stage, node): a copy out's run starts
+    at its mark (`first_is_start`); a copy back's run ends the stage before its mark."""
     T = window.shape[0]
-    work: dict[tuple[int, int], float] = {}
-    deadline: dict[tuple[int, int], int] = {}
+    runs: list[tuple[int, int, int]] = []
     for i in np.flatnonzero(window.any(axis=0)).tolist():
         stages = np.flatnonzero(window[:, i])
-        runs = np.split(stages, np.flatnonzero(np.diff(stages) > 1) + 1)
-        for run in runs:
-            first, last = int(run[0]), int(run[-1])
-            marked = marks[first, i] if first_is_start else (last + 1 < T and marks[last + 1, i])
-            if marked:
-                work[(first, i)] = float(costs[i])
-                deadline[(first, i)] = last
-    opening: dict[int, list[tuple[int, int]]] = {}
-    due: dict[int, list[tuple[int, int]]] = {}
-    for job, last in deadline.items():
-        opening.setdefault(job[0], []).append(job)
-        due.setdefault(last, []).append(job)
-    return _Jobs(work, deadline, opening, due)
+        for run in np.split(stages, np.flatnonzero(np.diff(stages) > 1) + 1):
+            start, end = int(run[0]), int(run[-1])
+            if marks[start, i] if first_is_start else (end + 1 < T and marks[end + 1, i]):
+                runs.append((start, i, end))
+    runs.sort()
+    first, column, last = (np.array([run[k] for run in runs], dtype=np.int64) for k in range(3))
+    return Copies(costs[column].astype(np.float64), first, last, column)
 
 
 def exposed_transfer_times(

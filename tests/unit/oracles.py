@@ -171,7 +171,7 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
     """(cost, device usage after each computation, host peak) from the rules of `checkmate.moved` and the paper's
     equations (with each running node's workspace and what the nodes run so far retain), with plain loops: nothing
     from the library's simulator. The waits for copies are the optimum of the fluid link as a linear program
-    (`_least_waits`), not the simulator's earliest-deadline schedule."""
+    (`least_waits`), not the simulator's earliest-deadline schedule."""
     T = graph.size
     M = [int(node.memory) for node in graph.nodes]
     link = graph.host_link
@@ -220,12 +220,12 @@ def moved_cost_and_usage(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Move
                 while start - 1 >= 0 and buffer[start - 1][i]:
                     start -= 1
                 jobs.append((1, link.latency + link.to_device_per_byte * M[i], start, t - 1))
-    cost += _least_waits(jobs, [link.overlap * compute for compute in computes])
+    cost += least_waits(jobs, [link.overlap * compute for compute in computes])
     host = sum(M[i] for i in range(T) if any(out[t][i] for t in range(T)))
     return cost, usages, host
 
 
-def _least_waits(jobs: list[tuple[int, float, int, int]], lent: list[float]) -> float:
+def least_waits(jobs: list[tuple[int, float, int, int]], lent: list[float]) -> float:
     """The least total wait of a fluid link: each job's work done within its stages, each stage lending each
     direction `lent[s]` plus the stage's wait X[s]; minimise sum X, by linear programming."""
     T = len(lent)

@@ -24,7 +24,7 @@ Variables (only those that can be nonzero are created):
         rows where it is at its least, G[t, v] - G[t-1, v], and above it only over-counts. Each fetch costs
         c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i]
         R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage t - 1 does not hide, is added to (1a)
-        instead. Not in the paper.
+        instead (`checkmate.link_schedule` with windows of one stage). Not in the paper.
     C[t, i], P[t, i], O[t, i] and X[t] on a graph with a host link: copies of node i's output to host memory and back,
         decided with R and S (`checkmate.milp.moves`, `checkmate.moved`). Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
