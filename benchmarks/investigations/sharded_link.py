@@ -11,10 +11,10 @@ bytes / bandwidth per collective. Then the step: the model of `benchmarks/sharde
 runs its collective where it stands), each unit call timed over `--steps` steps (per rank the median; of the ranks
 the smaller, since the rank that reaches a collective last waits least for the other), beside what the fit predicts
 for its unit's shard bytes, and beside what the plan priced it at (`planned`: a unit's all-gather as
-`checkmate.sharded.link.gather_seconds` measured it at compile time, the plan's fetch cost; a reduce-scatter runs
-once per unit and step whatever the plan, so the plan does not price it), and the step's gathers together. A unit call
-does more than its collective (FSDP2 copies the shards in and out, a REDUCE divides and accumulates), which the
-difference shows.
+`checkmate.sharded.link.gather_seconds` measured it at compile time, the plan's fetch cost; its reduce-scatter as
+`checkmate.sharded.link.reduce_seconds` did, the plan's release cost), and the step's gathers and reduce-scatters
+together. A unit call does more than its collective (FSDP2 copies the shards in and out, a REDUCE divides and
+accumulates), which the difference shows.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from checkmate.fetched import fetches
 from checkmate.options import ShardedOptions
 from checkmate.sharded import Sharded
 from checkmate.sharded.timeline import GATHER, REDUCE, UnitCall
-from checkmate.simulate import fetch_time
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: rows and the scripts it shares
 from rows import Row, Stored, add_row_arguments, markdown_table, measure_or_load
@@ -113,7 +112,7 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
     units = step.distribution.units
     step(*batch)
     durations: dict[tuple[str, int], list[float]] = defaultdict(list)
-    step_gathers = []
+    step_gathers, step_reduces = [], []
     for _ in range(arguments.steps):
         model.zero_grad(set_to_none=True)
         calls.clear()
@@ -123,7 +122,8 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
             if call.action in (GATHER, REDUCE):
                 durations[(call.action.value, call.unit)].append(duration)
         step_gathers.append(sum(duration for call, duration in calls if call.action == GATHER))
-    planned = [value.fetch_cost for value in step.graph.fetched]  # seconds: the profile cost model
+        step_reduces.append(sum(duration for call, duration in calls if call.action == REDUCE))
+    fetched = step.graph.fetched  # priced in seconds: the profile cost model
     for (action, unit), timings in sorted(durations.items()):
         name = "all-gather" if action == GATHER.value else "reduce-scatter"
         shard_bytes = units[unit].shard_bytes if action == GATHER.value else units[unit].gradient_shard_bytes
@@ -131,14 +131,21 @@ def _worker(rank: int, directory: str, arguments: argparse.Namespace) -> None:
         rows.append({
             "kind": f"{action} unit {unit} ({units[unit].name or 'root'})", "collective": name,
             "shard_bytes": shard_bytes, "measured": _min_over_ranks(statistics.median(timings)),
-            "predicted": latency + per_byte * shard_bytes, "planned": planned[unit] if action == GATHER.value else None,
+            "predicted": latency + per_byte * shard_bytes,
+            "planned": fetched[unit].fetch_cost if action == GATHER.value else fetched[unit].release_cost,
         })  # fmt: skip
     gathers = fetches(step.compiled.schedule.presence)
     rows.append({
         "kind": f"the step's {int(gathers.sum())} gathers", "collective": "all-gather",
         "shard_bytes": sum(int(count) * unit.shard_bytes for count, unit in zip(gathers, units, strict=True)),
         "measured": _min_over_ranks(statistics.median(step_gathers)), "predicted": None,
-        "planned": fetch_time(step.graph, step.plan.R, step.compiled.schedule.presence),
+        "planned": float(gathers @ np.array([value.fetch_cost for value in fetched])),
+    })  # fmt: skip
+    rows.append({
+        "kind": f"the step's {len(fetched)} reduce-scatters", "collective": "reduce-scatter",
+        "shard_bytes": sum(unit.gradient_shard_bytes for unit in units),
+        "measured": _min_over_ranks(statistics.median(step_reduces)), "predicted": None,
+        "planned": sum(value.release_cost for value in fetched),
     })  # fmt: skip
     hand_rows(directory, rows if rank == 0 else [])
 

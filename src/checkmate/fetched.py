@@ -25,12 +25,17 @@ before. Both follow the plan's fetches (`held_in_stages`), so wherever a plan mo
 is counted there.
 
 The time model is the link's (`checkmate.link_schedule`, the one every value held elsewhere is priced by; the
-values moved to host memory, `checkmate.moved`, are its other instance), with one lane: the fetches that make values
-present in stage t are copies whose window is the stage before, which lends the graph's `fetch_overlap` x its compute
-on a graph that prefetches (none otherwise); they take the sum of their `fetch_cost`s (one fetch after another), and
-what the stage before does not hide is waited for, counted in stage t (`exposed_fetch_times`: per stage t, max(0,
-fetches of t - fetch_overlap * compute of t - 1)). With `fetch_overlap` 0, every fetch is exposed (on CPU ranks a
-collective's copies in and out run on the cores compute uses).
+values moved to host memory, `checkmate.moved`, are its other instance), with one lane and a slot per stage boundary:
+slot k runs beside the compute of stage k - 1 (none for slot 0) and ends where stage k starts; slot T runs beside the
+last stage, slot T + 1 after it. Each stage lends the lane the graph's `fetch_overlap` x its compute (only a graph
+that prefetches has `fetch_overlap` > 0). The fetches that make values present in stage t are copies in slot t (one
+after another, at their `fetch_cost`s): what the stage before does not hide is waited for at the start of stage t
+(per stage t, max(0, fetches of t - fetch_overlap * compute of t - 1)). A value's release (`release_cost`, FSDP2's
+reduce-scatter) is a copy that starts after its end stage e and is complete at the end of the step: slots e + 2 to
+T + 1, behind the fetches (earliest deadline first), beside the compute of the stages after e; what they do not hide
+is waited for at the end of the step (FSDP2 waits for every reduce-scatter there). `exposed_fetch_times` counts each
+slot's wait in the stage that waits (slots T and T + 1 in the last). With `fetch_overlap` 0, every fetch and release
+is exposed (on CPU ranks a collective's copies in and out run on the cores compute uses).
 
 `default_presence` is FSDP2's own rule (fetched for the forward reads, freed, fetched again for the backward),
 the presence of every plan whose strategy does not decide it.
@@ -65,6 +70,8 @@ class FetchedValue:
         fetch_workspace: bytes a fetch holds beside the value through the stage it makes the value present.
         in_flight_workspace: on a graph that prefetches, bytes a fetch holds beside its buffer through the stage
             before (module doc).
+        release_cost: the time of handing it back once, after its end (FSDP2: the reduce-scatter of the unit's
+            gradients), in the graph's cost unit.
     """
 
     name: str
@@ -77,6 +84,7 @@ class FetchedValue:
     released_before_backward: bool = False
     fetch_workspace: int = 0
     in_flight_workspace: int = 0
+    release_cost: float = 0.0
 
 
 def fetch_bytes(value: FetchedValue) -> int:
@@ -137,18 +145,34 @@ def fetches(presence: np.ndarray) -> np.ndarray:
     return rises(presence).sum(axis=0).astype(np.int64)
 
 
+def fetch_link_schedule(
+    values: tuple[FetchedValue, ...], presence: np.ndarray, stage_compute: np.ndarray, overlap: float
+) -> link_schedule.LinkSchedule:
+    """The fetches and releases of `presence` on the link (module doc): T + 2 slots, one lane, its columns the values'
+    fetches then their releases (F + v); each value's end is its last present stage."""
+    T, F = presence.shape
+    fetch_costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
+    release_costs = np.array([value.release_cost for value in values], dtype=np.float64)
+    slot, fetched = np.nonzero(rises(presence))
+    released = np.flatnonzero((release_costs > 0) & presence.any(axis=0))
+    end = T - 1 - np.argmax(presence[::-1, released], axis=0)
+    copies = Copies(
+        np.concatenate([fetch_costs[fetched], release_costs[released]]),
+        np.concatenate([slot, end + 2]).astype(np.int64),
+        np.concatenate([slot, np.full(released.size, T + 1)]).astype(np.int64),
+        np.concatenate([fetched, F + released]).astype(np.int64),
+    )
+    lent = overlap * np.concatenate([[0.0], stage_compute, [0.0]]).astype(np.float64)
+    return link_schedule.schedule((copies,), lent, 2 * F)
+
+
 def exposed_fetch_times(
     values: tuple[FetchedValue, ...], presence: np.ndarray, stage_compute: np.ndarray, overlap: float
 ) -> np.ndarray:
-    """float64[T]: per stage, the time of the fetches there that compute does not hide (module doc):
-    `stage_compute` is the compute of each stage, `overlap` the fraction of the stage before a fetch's that hides
-    it. The link's model (`checkmate.link_schedule`), one lane: a fetch for stage t is a copy whose window is the
-    stage before, counted at t, the stage that waits for it."""
-    costs = np.array([value.fetch_cost for value in values], dtype=np.float64)
-    stage, column = np.nonzero(rises(presence))
-    fetch = Copies(costs[column], stage, stage, column)
-    lent = overlap * np.concatenate([[0.0], stage_compute[:-1]]).astype(np.float64)
-    return link_schedule.schedule((fetch,), lent, len(values)).exposed
+    """float64[T]: per stage, the time it waits for fetches and releases that compute does not hide (module doc):
+    `stage_compute` is the compute of each stage, `overlap` the fraction of a stage's compute the link runs beside."""
+    waits = fetch_link_schedule(values, presence, stage_compute, overlap).exposed
+    return np.concatenate([waits[:-3], [waits[-3:].sum()]])
 
 
 def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:

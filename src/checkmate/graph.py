@@ -102,9 +102,11 @@ class Graph:
 
     @cached_property
     def least_cost(self) -> float:
-        """The cost no plan goes below: every node once, and every fetched value fetched once when no fetch can hide
-        behind compute (`checkmate.fetched`)."""
-        exposed = sum(value.fetch_cost for value in self.fetched) if self.fetch_overlap == 0 else 0.0
+        """The cost no plan goes below: every node once, and every fetched value fetched and released once when no
+        fetch or release can hide behind compute (`checkmate.fetched`)."""
+        exposed = (
+            sum(value.fetch_cost + value.release_cost for value in self.fetched) if self.fetch_overlap == 0 else 0.0
+        )
         return float(self.costs.sum()) + exposed
 
     @cached_property
@@ -184,7 +186,7 @@ class Graph:
 
         A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" and
         "recompute_cost" only when set, the graph's "stage_held" only when not empty and a fetched value's
-        workspaces only when nonzero, so graphs without them keep the plain shape.
+        workspaces and release cost only when nonzero, so graphs without them keep the plain shape.
         """
         data: dict[str, Any] = {
             "nodes": [_node_to_dict(node) for node in self.nodes],
@@ -194,7 +196,7 @@ class Graph:
             data["stage_held"] = list(self.stage_held)
         if self.fetched:
             data["fetched"] = [
-                {key: value for key, value in dataclasses.asdict(each).items() if value or key not in _WORKSPACES}
+                {key: value for key, value in dataclasses.asdict(each).items() if value or key not in _FETCHED_OPTIONAL}
                 for each in self.fetched
             ]
         if self.fetch_overlap:
@@ -254,6 +256,7 @@ _GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap"
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
 _WORKSPACES = ("fetch_workspace", "in_flight_workspace")
 _FETCHED_BYTES = ("memory", *_WORKSPACES)
+_FETCHED_OPTIONAL = (*_WORKSPACES, "release_cost")  # written only when nonzero
 _FETCHED_REQUIRED = ("name", "memory", "readers", "fetch_cost", "last_use", "backward_start")
 _HOST_LINK_KEYS = tuple(field.name for field in dataclasses.fields(HostLink))
 _NODE_KEYS = (
@@ -347,9 +350,10 @@ def _validate_fetched(graph: Graph) -> None:
                 raise InvalidGraph(
                     f"{label}: {field} must be an integer number of bytes >= 0, got {getattr(value, field)!r}"
                 )
-        cost = value.fetch_cost
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
-            raise InvalidGraph(f"{label}: fetch_cost must be a finite number >= 0, got {cost!r}")
+        for field in ("fetch_cost", "release_cost"):
+            cost = getattr(value, field)
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+                raise InvalidGraph(f"{label}: {field} must be a finite number >= 0, got {cost!r}")
         if not 0 <= value.last_use < T or not 0 <= value.backward_start <= T:
             raise InvalidGraph(f"{label}: last_use must be a stage and backward_start a stage or {T}")
         if not all(isinstance(reader, int) and 0 <= reader <= value.last_use for reader in value.readers):

@@ -21,6 +21,7 @@ model (`checkmate.milp.moves`, and the exposed fetch rows of `checkmate.milp.for
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,9 @@ def schedule(lanes: Sequence[Copies], lent: np.ndarray, columns: int) -> LinkSch
     wait where a copy is not done by the end of its window (module doc)."""
     if all((copies.first == copies.last).all() for copies in lanes):
         return _one_stage_windows(lanes, lent, columns)
+    if len(lanes) == 1 and not lent.any():  # one lane lent nothing runs each copy in the wait at its deadline
+        (copies,) = lanes
+        return _one_stage_windows((dataclasses.replace(copies, first=copies.last),), lent, columns)
     return _earliest_deadline_first(lanes, lent, columns)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from exhaustive import fewest_computations, useful_entries
-from oracles import paper_cost_and_peak
+from oracles import least_waits, paper_cost_and_peak
 
 from checkmate.errors import InfeasibleBudget, InvalidSchedule
 from checkmate.examples import linear_graph, random_training_graph, training_graph
@@ -58,7 +58,8 @@ def _oracle(graph: Graph, budget: int) -> float | None:
     """The cheapest plan within `budget` by exhaustive search over S (the fewest computations each allows) and every
     presence, priced by the paper's equations with the present bytes, each fetch's workspace in its stage (and on a
     graph that prefetches, the bytes and in-flight workspace of each value fetched in the next stage) as the stage's
-    held memory and each fetch at its cost: nothing from the library's planning code."""
+    held memory and each fetch at its cost (with releases, the least wait of the link's slots as a linear program,
+    `oracles.least_waits`): nothing from the library's planning code."""
     T, F = graph.size, len(graph.fetched)
     plain = dataclasses.replace(graph, fetched=())
     sizes = np.array([value.memory for value in graph.fetched])
@@ -81,24 +82,43 @@ def _oracle(graph: Graph, budget: int) -> float | None:
             stage_bytes = (presence | ahead).astype(int) @ sizes + rises.astype(int) @ fetching + ahead @ in_flight
             held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in stage_bytes))
             cost, peak = paper_cost_and_peak(held, R, S)
-            for t in range(T):  # each stage's fetches, less what the stage before's compute hides
-                before = sum(node.cost if i == t - 1 else (node.recompute_cost or node.cost)
-                             for i, node in enumerate(graph.nodes) if t > 0 and R[t - 1, i])  # fmt: skip
-                cost += max(0.0, float(costs @ rises[t]) - graph.fetch_overlap * before)
+            compute = [sum(node.cost if i == t else (node.recompute_cost or node.cost)
+                           for i, node in enumerate(graph.nodes) if R[t, i]) for t in range(T)]  # fmt: skip
+            if any(value.release_cost for value in graph.fetched):  # the link's least wait, by linear programming
+                jobs = [(0, float(costs[v]), t, t) for t, v in zip(*np.nonzero(rises), strict=True)]
+                ends = [int(np.flatnonzero(presence[:, v])[-1]) for v in range(F)]
+                jobs += [
+                    (0, value.release_cost, end + 2, T + 1) for value, end in zip(graph.fetched, ends, strict=True)
+                ]
+                cost += least_waits(jobs, [graph.fetch_overlap * c for c in [0.0, *compute, 0.0]])
+            else:  # each stage's fetches, less what the stage before's compute hides
+                cost += sum(max(0.0, float(costs @ rises[t]) - graph.fetch_overlap * ([0.0, *compute][t]))
+                            for t in range(T))  # fmt: skip
             if peak <= budget and (best is None or cost < best - 1e-9):
                 best = cost
     return best
 
 
+def _released_early(graph: Graph) -> Graph:
+    """`graph` (a chain) with one unit read by its second forward node and that node's gradient, released (at a cost
+    of 2) after it, before the step's last stage."""
+    T = graph.size
+    return dataclasses.replace(graph, fetched=(_unit(graph, "block", (1, T - 2), 2, 1.5, release_cost=2.0),))
+
+
 ORACLE_GRAPHS = {
     "chain": _chain_with_unit(2, memory=2, cost=1.5),
     "chain, kept": _chain_with_unit(2, memory=2, cost=1.5, kept=True),
-    "chain, released": _chain_with_unit(2, memory=3, cost=0.5, released_before_backward=True),
+    "chain, released before backward": _chain_with_unit(2, memory=3, cost=0.5, released_before_backward=True),
     "chain, prefetched": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), prefetch=True),
     "chain, overlapped": dataclasses.replace(_chain_with_unit(2, memory=2, cost=1.5), fetch_overlap=0.5, prefetch=True),
     "chain, fetch workspace": _chain_with_unit(2, memory=2, cost=0.5, fetch_workspace=2),
     "chain, prefetched with workspaces": dataclasses.replace(
         _chain_with_unit(2, memory=2, cost=0.5, fetch_workspace=1, in_flight_workspace=2), prefetch=True
+    ),
+    "chain, released": _chain_with_unit(2, memory=2, cost=1.5, release_cost=1.0),
+    "chain, released beside the last stages": dataclasses.replace(
+        _released_early(linear_graph(2)), fetch_overlap=0.5, prefetch=True
     ),
 }
 
@@ -140,6 +160,15 @@ def _with_workspaces(graph: Graph) -> Graph:
     return dataclasses.replace(graph, fetched=values)
 
 
+def _with_releases(graph: Graph) -> Graph:
+    """`graph` whose values are each handed back after their end at 1.5 and 2.5 (FSDP2's reduce-scatters)."""
+    costs = (1.5, 2.5)
+    values = tuple(
+        dataclasses.replace(value, release_cost=cost) for value, cost in zip(graph.fetched, costs, strict=True)
+    )
+    return dataclasses.replace(graph, fetched=values)
+
+
 FEASIBLE_GRAPHS = [
     _with_units(linear_graph(5)),
     _with_units(random_training_graph(6, seed=3)),
@@ -147,11 +176,26 @@ FEASIBLE_GRAPHS = [
     dataclasses.replace(_with_units(random_training_graph(6, seed=5)), prefetch=True),
     _with_workspaces(_with_units(random_training_graph(6, seed=6))),
     dataclasses.replace(_with_workspaces(_with_units(random_training_graph(6, seed=7))), prefetch=True),
+    _with_releases(_with_units(random_training_graph(6, seed=8))),
+    dataclasses.replace(
+        _with_releases(_with_units(random_training_graph(6, seed=9))), fetch_overlap=0.6, prefetch=True
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    "graph", FEASIBLE_GRAPHS, ids=["chain", "random", "overlapped", "prefetched", "workspaces", "prefetched workspaces"]
+    "graph",
+    FEASIBLE_GRAPHS,
+    ids=[
+        "chain",
+        "random",
+        "overlapped",
+        "prefetched",
+        "workspaces",
+        "prefetched workspaces",
+        "released",
+        "released, overlapped",
+    ],
 )
 def test_valid_plans_with_presences_are_feasible_points_with_the_simulated_cost_and_peak(graph: Graph) -> None:
     scale = memory_scale(graph)
@@ -237,6 +281,7 @@ def test_the_graph_file_keeps_its_fetched_values() -> None:
     graph = dataclasses.replace(_with_units(training_graph([[], [0], [1], [2]])), fetch_overlap=0.25, prefetch=True)
     assert Graph.from_json(graph.to_json()) == graph
     assert Graph.from_json(_with_workspaces(graph).to_json()) == _with_workspaces(graph)
+    assert Graph.from_json(_with_releases(graph).to_json()) == _with_releases(graph)
 
 
 def test_a_fetch_workspace_is_counted_where_the_plan_fetches() -> None:

@@ -379,7 +379,7 @@ def _failing_rank_stops_the_others() -> None:
 
 
 def _link_timings_cached(directory: Path) -> None:
-    """The all-gather timings are measured once and then read from the cache (`checkmate.sharded.link`); when one
+    """The all-gather and reduce-scatter timings are measured once and then read from the cache (`checkmate.sharded.link`); when one
     rank lacks them, every rank measures again (no rank waits in a collective the other skips); a compile with
     `cache=False` writes none."""
     os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
@@ -390,8 +390,10 @@ def _link_timings_cached(directory: Path) -> None:
     again = measure_link(units, overlap=True)
     assert not first.cached and again.cached
     assert again.seconds == pytest.approx(first.seconds), (first, again)
+    assert again.reduce_seconds == pytest.approx(first.reduce_seconds), (first, again)
     assert again.overlap == pytest.approx(first.overlap), (first, again)
     assert len(first.seconds) == len(units) and all(seconds > 0 for seconds in first.seconds)
+    assert len(first.reduce_seconds) == len(units) and all(seconds > 0 for seconds in first.reduce_seconds)
     if dist.get_rank() == 1:
         cache_file(torch.device("cpu")).unlink()
     assert not measure_link(units, overlap=False).cached

@@ -236,10 +236,11 @@ def test_each_units_fetch_holds_its_gathers_buffers(collectives_copy: bool) -> N
     the stage of the GATHER; prefetched, the copies through the stage before, beside the buffer. The plan of the
     four-node step that gathers unit 0 again for its backward counts them in stages 0 and 3 (unit 0) and 1 (unit 1)."""
     sizes = _sizes(collectives_copy)
-    fetched = unit_fetches(BLOCKS, sizes, GRAPH.size, (1.0, 1.0), released_before_backward=False)
+    fetched = unit_fetches(BLOCKS, sizes, GRAPH.size, (1.0, 1.0), (0.5, 0.25), released_before_backward=False)
     copies = (15, 30) if collectives_copy else (0, 0)
     assert [value.fetch_workspace for value in fetched] == [10 + copies[0], 20 + copies[1]]
     assert [value.in_flight_workspace for value in fetched] == list(copies)
+    assert [value.release_cost for value in fetched] == [0.5, 0.25], "each unit makes gradients: it is released"
     graph = dataclasses.replace(GRAPH, fetched=fetched)
     schedule = lower(graph, np.eye(4, dtype=bool), np.tril(np.ones((4, 4), dtype=bool), -1))
     assert schedule.presence.astype(int).tolist() == [[1, 0], [0, 1], [0, 1], [1, 0]]

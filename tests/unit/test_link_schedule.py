@@ -34,12 +34,13 @@ def _random_lanes(rng: np.random.Generator, T: int, one_stage: bool) -> list[Cop
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_waits_are_the_least_any_schedule_allows(seed: int) -> None:
-    """On random copies of one or two lanes (windows of 1-3 stages), the schedule's total wait equals the linear
-    program's least, and every copy is done within its window (the parts in `done` sum to the work per value)."""
+    """On random copies of one or two lanes (windows of 1-3 stages; every fifth case lent nothing), the schedule's
+    total wait equals the linear program's least, and every copy is done within its window (the parts in `done` sum
+    to the work per value)."""
     rng = np.random.default_rng(seed)
     T = int(rng.integers(1, 6))
     lanes = _random_lanes(rng, T, one_stage=seed % 2 == 0)
-    lent = rng.random(T) * 2
+    lent = rng.random(T) * 2 * (seed % 5 != 0)
     work = link_schedule.schedule(lanes, lent, 3)
     jobs = [
         (lane, float(work), int(first), int(last))

@@ -22,9 +22,11 @@ Variables (only those that can be nonzero are created):
         and so every U[t, k] of the stage, with its fetch's workspace times A[t, v]; on a graph that prefetches, its
         bytes and its in-flight workspace join U[t - 1, 0] with A[t, v] (the fetch's buffer). A is exact in these
         rows where it is at its least, G[t, v] - G[t-1, v], and above it only over-counts. Each fetch costs
-        c_v A[t, v] in (1a); with a graph's fetch_overlap > 0, E[t] >= sum_v c_v A[t, v] - overlap * sum_i c[t-1, i]
-        R[t-1, i], E >= 0, the fetch time of stage t that the compute of stage t - 1 does not hide, is added to (1a)
-        instead (`checkmate.link_schedule` with windows of one stage). Not in the paper.
+        c_v A[t, v] in (1a), and each value's release (`release_cost` r_v, once at its last use) r_v on the fixed
+        R[last_use, last_use]. With a graph's fetch_overlap > 0, the link's slots k = 0 .. T + 1 instead
+        (`checkmate.fetched`'s time model, `checkmate.link_schedule`): L[k, v] >= 0, the part of v's release run in
+        slot k (from last_use + 2), sum_k L[k, v] = r_v, and E[k] >= sum_v c_v A[k, v] + sum_v L[k, v] - overlap *
+        sum_i c[k-1, i] R[k-1, i], E >= 0, the wait at slot k, is added to (1a). Not in the paper.
     C[t, i], P[t, i], O[t, i] and X[t] on a graph with a host link: copies of node i's output to host memory and back,
         decided with R and S (`checkmate.milp.moves`, `checkmate.moved`). Not in the paper.
 FREE is continuous: the product of eq. 5 is linearised with one row per factor (FREE <= R[t, k],
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from checkmate.fetched import default_presence, exposed_fetch_times, held_in_stages, rises
+from checkmate.fetched import default_presence, fetch_link_schedule, held_in_stages, rises
 from checkmate.graph import Graph
 from checkmate.milp.columns import numbered
 from checkmate.milp.moves import (
@@ -69,8 +71,9 @@ class VariableIndex:
     R_col, S_col, U_col are int64[T, T] column numbers, -1 where no variable exists. FREE variable f
     belongs to stage free_stage[f] and edge free_edge[f] of graph.edges; the later-user rows pair FREE
     variable later_free[p] with R[free_stage, later_user[p]]. G_col and A_col are int64[T, F], the presence and
-    the fetch of each fetched value in each stage; E_col int64[T] (empty without fetched values or without their
-    overlap, `Graph.fetch_overlap`) the exposed fetch time of each stage. `moves` numbers the variables of the moves to
+    the fetch of each fetched value in each stage; E_col int64[T + 2] (empty without fetched values or without their
+    overlap, `Graph.fetch_overlap`) the wait at each slot of the link, release_col int64[T + 2, F] (-1 where none)
+    the part of each value's release run there. `moves` numbers the variables of the moves to
     host memory (`checkmate.milp.moves`; none without the graph's host link).
     """
 
@@ -86,6 +89,7 @@ class VariableIndex:
     G_col: np.ndarray
     A_col: np.ndarray
     E_col: np.ndarray
+    release_col: np.ndarray
     scale: MemoryScale
     budget_units: float
     moves: MoveColumns
@@ -94,6 +98,8 @@ class VariableIndex:
     def num_variables(self) -> int:
         if self.moves.end >= 0:
             return self.moves.end
+        if self.release_col.size and self.release_col.max() >= 0:
+            return int(self.release_col.max()) + 1
         if self.E_col.size:
             return int(self.E_col.max()) + 1
         if self.A_col.size:
@@ -373,22 +379,40 @@ def _presence_rows(graph: Graph, index: VariableIndex) -> RowBlock:
 
 
 def _exposed_rows(graph: Graph, index: VariableIndex) -> RowBlock:
-    """E[t] - sum_v c_v A[t, v] + overlap * sum_i c[t-1, i] R[t-1, i] >= 0 (`checkmate.fetched`'s time model)."""
+    """The link's slots (`checkmate.fetched`'s time model): per slot k, E[k] - sum_v c_v A[k, v] - sum_v L[k, v] +
+    overlap * sum_i c[k-1, i] R[k-1, i] >= 0; per released value v, sum_k L[k, v] = r_v."""
     if not index.E_col.size:
         return RowBlock(*(np.zeros(0, dtype=dtype) for dtype in (np.int64, np.int64, float, float, float)))
+    slots = index.T + 2
     fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
     costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
+    release_slot, release_value = np.nonzero(index.release_col >= 0)
+    released = np.unique(release_value)
     run_stage, run_node = np.nonzero(index.R_col >= 0)
-    hiding = run_stage + 1 < index.T
-    run_stage, run_node = run_stage[hiding], run_node[hiding]
     prices = np.where(run_stage == run_node, graph.costs[run_node], graph.recompute_costs[run_node])
-    stages = np.arange(index.T)
+    release_rows = slots + np.searchsorted(released, release_value)
+    release_costs = np.array([graph.fetched[v].release_cost for v in released.tolist()], dtype=np.float64)
     return RowBlock(
-        rows=np.concatenate([stages, fetch_stage, run_stage + 1]),
-        cols=np.concatenate([index.E_col, index.A_col[fetch_stage, fetch_value], index.R_col[run_stage, run_node]]),
-        values=np.concatenate([np.ones(index.T), -costs[fetch_value], graph.fetch_overlap * prices]),
-        lower=np.zeros(index.T),
-        upper=np.full(index.T, np.inf),
+        rows=np.concatenate([np.arange(slots), fetch_stage, run_stage + 1, release_slot, release_rows]),
+        cols=np.concatenate(
+            [
+                index.E_col,
+                index.A_col[fetch_stage, fetch_value],
+                index.R_col[run_stage, run_node],
+                *(2 * [index.release_col[release_slot, release_value]]),
+            ]
+        ),
+        values=np.concatenate(
+            [
+                np.ones(slots),
+                -costs[fetch_value],
+                graph.fetch_overlap * prices,
+                -np.ones(release_slot.size),
+                np.ones(release_slot.size),
+            ]
+        ),
+        lower=np.concatenate([np.zeros(slots), release_costs]),
+        upper=np.concatenate([np.full(slots, np.inf), release_costs]),
     )
 
 
@@ -414,8 +438,13 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
     G_col = after_free + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     A_col = after_free + T * fetched[1] + np.arange(T * fetched[1], dtype=np.int64).reshape(fetched)
     overlaps = fetched[1] > 0 and graph.fetch_overlap > 0
-    E_col = after_free + 2 * T * fetched[1] + np.arange(T if overlaps else 0, dtype=np.int64)
-    moves = move_columns(graph, R_col, S_col, after_free + 2 * T * fetched[1] + E_col.size)
+    E_col = after_free + 2 * T * fetched[1] + np.arange(T + 2 if overlaps else 0, dtype=np.int64)
+    released = np.array([value.release_cost > 0 for value in graph.fetched], dtype=bool)
+    first_slot = np.array([value.last_use + 2 for value in graph.fetched], dtype=np.int64)
+    release_slots = (np.arange(T + 2)[:, None] >= first_slot[None, :]) & released[None, :] & overlaps
+    release_col = numbered(release_slots, after_free + 2 * T * fetched[1] + E_col.size)
+    after_release = after_free + 2 * T * fetched[1] + E_col.size + int(release_slots.sum())
+    moves = move_columns(graph, R_col, S_col, after_release)
     return VariableIndex(
         T=T,
         R_col=R_col,
@@ -429,6 +458,7 @@ def build_index(graph: Graph, scale: MemoryScale, budget_units: float) -> Variab
         G_col=G_col,
         A_col=A_col,
         E_col=E_col,
+        release_col=release_col,
         scale=scale,
         budget_units=budget_units,
         moves=moves,
@@ -486,10 +516,12 @@ def _objective(graph: Graph, index: VariableIndex, num_vars: int) -> np.ndarray:
     # (1a) sum R[t, i] c[t, i]: a node's run in its own stage at its cost, every later run at its recompute cost
     c[index.R_col[stage, node]] = np.where(stage == node, graph.costs[node], graph.recompute_costs[node])
     if index.E_col.size:
-        c[index.E_col] = 1.0  # the exposed fetch time of each stage (not part of the paper)
+        c[index.E_col] = 1.0  # the wait at each slot of the link, fetches and releases (not part of the paper)
     else:
         fetch_costs = np.array([value.fetch_cost for value in graph.fetched], dtype=np.float64)
         c[index.A_col] = fetch_costs[None, :]  # no overlap: every fetch at its value's cost (not part of the paper)
+        for value in graph.fetched:  # and each release at its cost, on the fixed R[last_use, last_use]
+            c[index.R_col[value.last_use, value.last_use]] += value.release_cost
     c[objective_columns(index.moves)] = 1.0  # the exposed time of the moves to host memory and back (not the paper's)
     return c
 
@@ -508,7 +540,8 @@ def _column_upper(graph: Graph, index: VariableIndex, num_vars: int, recompute_b
     upper = np.ones(num_vars)
     stage, node = np.nonzero(index.U_col >= 0)
     upper[index.U_col[stage, node]] = index.budget_units - index.scale.retained_at(stage, node)  # U[t, k] <= budget
-    upper[index.E_col] = np.inf  # exposed fetch time, in the cost unit
+    upper[index.E_col] = np.inf  # the link's waits, in the cost unit
+    upper[index.release_col[index.release_col >= 0]] = np.inf  # the parts of the releases, in the cost unit
     upper[unbounded_columns(index.moves)] = np.inf  # waits and the link's work, in the cost unit
     for v, value in enumerate(graph.fetched):
         upper[index.G_col[value.last_use + 1 :, v]] = 0.0  # gone after its last use: no reader runs there
@@ -599,6 +632,11 @@ def encode_solution(
     x[index.G_col] = presence
     x[index.A_col] = rises(presence)
     if index.E_col.size:
-        x[index.E_col] = exposed_fetch_times(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
+        link = fetch_link_schedule(graph.fetched, presence, stage_compute(graph, R), graph.fetch_overlap)
+        x[index.E_col] = link.exposed
+        release_slot, release_value = np.nonzero(index.release_col >= 0)
+        x[index.release_col[release_slot, release_value]] = link.done[0][
+            release_slot, len(graph.fetched) + release_value
+        ]
     encode_moves(x, graph, index.moves, moves, S, stage_compute(graph, R))
     return x

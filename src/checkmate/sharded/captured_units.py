@@ -77,17 +77,24 @@ def captured_units(
 
 
 def unit_fetches(
-    use: UnitUse, sizes: UnitBytes, stages: int, fetch_costs: Sequence[float], *, released_before_backward: bool
+    use: UnitUse,
+    sizes: UnitBytes,
+    stages: int,
+    fetch_costs: Sequence[float],
+    release_costs: Sequence[float],
+    *,
+    released_before_backward: bool,
 ) -> tuple[FetchedValue, ...]:
     """Each unit's gathered parameters as a fetched value of the plan's graph (`checkmate.fetched`): read by the
     nodes that read its parameters, last used by the last node that makes one of its gradients (its REDUCE
     follows), its backward from the stage after the loss's, kept where FSDP2 does not reshard it after the forward,
     released before the backward when the step must not hold it (`ShardedOptions.hold_gathered` off), each fetch at
     `fetch_costs` (the graph's cost unit) with its gather's buffers as its workspaces
-    (`checkmate.sharded.memory.gather_workspaces`). A unit the step does not use is present in the last stage only."""
+    (`checkmate.sharded.memory.gather_workspaces`), and released at `release_costs` (its reduce-scatter) where it has
+    gradients. A unit the step does not use is present in the last stage only."""
     values = []
     gathering, in_flight = gather_workspaces(sizes)
-    for unit, (memory, cost) in enumerate(zip(sizes.parameters, fetch_costs, strict=True)):
+    for unit, (memory, cost, release) in enumerate(zip(sizes.parameters, fetch_costs, release_costs, strict=True)):
         readers = tuple(node for node, units in enumerate(use.reads) if unit in units)
         makers = [node for node, units in enumerate(use.gradients) if unit in units]
         last_use = max([*readers, *makers], default=stages - 1)
@@ -104,6 +111,7 @@ def unit_fetches(
                 released_before_backward=released_before_backward and not kept and bool(readers),
                 fetch_workspace=int(gathering[unit]),
                 in_flight_workspace=int(in_flight[unit]),
+                release_cost=release if makers else 0.0,
             )
         )
     return tuple(values)

@@ -1,8 +1,11 @@
-"""The process group's all-gathers as a plan prices them: each unit's gather timed on the group, cached on disk.
+"""The process group's collectives as a plan prices them: each unit's gather and reduce-scatter timed on the group,
+cached on disk.
 
 A sharded plan prices each fetch of a unit's parameters at the time its all-gather takes (FSDP2's `unshard`, which
-on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), and, when asked, the fraction of a prefetched
-all-gather that runs beside compute. Both are measured on the process group at the first compile (`measure_link`)
+on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), each unit's release at a reduce-scatter of its
+padded gradients into this rank's shard (`reduce_seconds`: the collective alone, without FSDP2's copies into its
+buffer and the division after), and, when asked, the fraction of a prefetched all-gather that runs beside compute.
+All are measured on the process group at the first compile (`measure_link`)
 and kept in the profile cache (`checkmate.torch_capture.link_timing.cache_file`), keyed by the
 process group's backend and size and by the unit's parameters (shapes and dtypes), as op timings are kept: the next
 compile of the same model on the same machine reuses them. Units of the same parameter shapes (a model's blocks) get
@@ -14,6 +17,7 @@ all of them have every timing cached (`dist.all_reduce` of a flag); if any lacks
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import statistics
@@ -37,35 +41,50 @@ class Link:
 
     Attributes:
         seconds: per unit, one all-gather of its parameters.
+        reduce_seconds: per unit, one reduce-scatter of its gradients (0 for a unit without any).
         overlap: the fraction of a prefetched all-gather that runs beside compute (0 when not measured).
         cached: whether the figures came from the cache (no collective was timed).
     """
 
     seconds: tuple[float, ...]
+    reduce_seconds: tuple[float, ...]
     overlap: float
     cached: bool
 
 
 def measure_link(units: Sequence[Unit], overlap: bool) -> Link:
-    """Each unit's all-gather time and, with `overlap`, the fraction of one that runs beside compute: from the cache
-    when every rank has them, else timed on the process group (`gather_seconds`, `gather_overlap`) and stored. A
-    collective call: every rank of the units' process group makes it."""
+    """Each unit's all-gather and reduce-scatter times and, with `overlap`, the fraction of a gather that runs beside
+    compute: from the cache when every rank has them, else timed on the process group (`gather_seconds`,
+    `reduce_seconds`, `gather_overlap`) and stored. A collective call: every rank of the units' process group makes
+    it."""
     path = cache_file(fsdp2.device(units[0].group))
-    keys = [f"gather|{_unit_key(unit)}" for unit in units]
+    identities = [_unit_key(unit) for unit in units]
+    keys = [f"gather|{identity}" for identity in identities]
+    reduce_keys = [f"reduce|{identity}" for identity in identities]
     overlap_key = f"overlap|{_unit_key(_largest(units))}"
     cache = read_entries(path, finite_number)
-    wanted = [*keys, *([overlap_key] if overlap else [])]
+    wanted = [*keys, *reduce_keys, *([overlap_key] if overlap else [])]
     if _everywhere(all(key in cache for key in wanted), units[0]):
-        return Link(tuple(float(cache[key]) for key in keys), float(cache[overlap_key]) if overlap else 0.0, True)
-    measured = gather_seconds(units)
+        return Link(
+            tuple(float(cache[key]) for key in keys),
+            tuple(float(cache[key]) for key in reduce_keys),
+            float(cache[overlap_key]) if overlap else 0.0,
+            True,
+        )
+    gathers = _typical(keys, gather_seconds(units))
+    reduces = _typical(reduce_keys, reduce_seconds(units))
+    seconds = tuple(gathers[key] for key in keys)
+    fraction = gather_overlap(units, seconds) if overlap else 0.0
+    merge_entries(path, gathers | reduces | ({overlap_key: fraction} if overlap else {}), finite_number)
+    return Link(seconds, tuple(reduces[key] for key in reduce_keys), fraction, False)
+
+
+def _typical(keys: Sequence[str], measured: Sequence[float]) -> dict[str, float]:
+    """One figure per key: the median of the timings of the units that share it (units of the same shapes)."""
     by_key: dict[str, list[float]] = {}
     for key, took in zip(keys, measured, strict=True):
         by_key.setdefault(key, []).append(took)
-    typical = {key: statistics.median(times) for key, times in by_key.items()}  # units of the same shapes: one figure
-    seconds = tuple(typical[key] for key in keys)
-    fraction = gather_overlap(units, seconds) if overlap else 0.0
-    merge_entries(path, typical | ({overlap_key: fraction} if overlap else {}), finite_number)
-    return Link(seconds, fraction, False)
+    return {key: statistics.median(times) for key, times in by_key.items()}
 
 
 def _unit_key(unit: Unit) -> str:
@@ -95,6 +114,28 @@ def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
     untimed. A collective call: every rank gathers the units in the same order."""
     device = fsdp2.device(units[0].group)
     return tuple(median_time(unit.module.unshard, device, after=unit.module.reshard) for unit in units)
+
+
+def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
+    """Each unit's reduce-scatter of its padded gradients (`Unit.gradient_shard_bytes` x the world size, in its
+    parameters' dtype) into this rank's shard, timed on this rank as `gather_seconds` times a gather; 0 for a unit
+    without gradients. A collective call: every rank reduces the units in the same order."""
+    device = fsdp2.device(units[0].group)
+    took = []
+    for unit in units:
+        dtype = fsdp2.sharded_parameter(fsdp2.params(unit.group)[0]).dtype
+        shard_numel = unit.gradient_shard_bytes // torch.empty((), dtype=dtype).element_size()
+        if shard_numel == 0:
+            took.append(0.0)
+            continue
+        shard = torch.empty(shard_numel, dtype=dtype, device=device)
+        full = torch.zeros(shard_numel * unit.world_size, dtype=dtype, device=device)
+        took.append(median_time(functools.partial(_reduce_scatter, shard, full, unit), device))
+    return tuple(took)
+
+
+def _reduce_scatter(shard: torch.Tensor, full: torch.Tensor, unit: Unit) -> None:
+    dist.reduce_scatter_tensor(shard, full, group=fsdp2.shard_process_group(unit.group))
 
 
 def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:

@@ -18,8 +18,9 @@ Each unit's gathered parameters are a fetched value of the plan's graph (`checkm
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
 unit is held from its forward to its backward or gathered again, where recomputation gathers it, and (with
 prefetching, `Graph.prefetch`) how far ahead each gather starts, are decisions of the same search. Each gather is
-priced at its all-gather's time measured on the process group at the first compile and cached
-(`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs at the device's measured matrix-product throughput),
+priced at its all-gather's time measured on the process group at the first compile and cached, and each unit's
+release after its last gradient at its reduce-scatter's (`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs
+at the device's measured matrix-product throughput),
 and, with prefetching and `ShardedOptions(overlap_gathers)` (the default), the fraction of a gather that runs
 beside compute measured as well (the graph's `fetch_overlap`). What a gather holds beside the parameters (FSDP2's
 flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's workspace, counted in the stage of each
@@ -92,9 +93,10 @@ def plan_sharded(
     with disk_cache.caching(settings.cache):  # `compile(..., cache=False)` reads and writes no cache
         link = measure_link(units, overlap=prefetch_gathers and overlap_gathers)
     log.info(
-        "all-gather per unit (%s): %s ms; %.0f %% of one runs beside compute",
+        "all-gather per unit (%s): %s ms; reduce-scatter: %s ms; %.0f %% of a gather runs beside compute",
         "cached" if link.cached else "measured",
         ", ".join(f"{1000 * took:.2f}" for took in link.seconds),
+        ", ".join(f"{1000 * took:.2f}" for took in link.reduce_seconds),
         100 * link.overlap,
     )
     with gathered(units):
@@ -166,12 +168,13 @@ def _plan_within_budget(
     graph = no_remat.captured.graph
     if settings.capture.gradient_memory == "when_made":
         graph = _gradients_until_reduce(graph, units_of_capture.sizes.made)
-    fetch_costs = in_cost_unit(link.seconds, settings.capture.cost_model, fsdp2.device(units[0].group))
+    device = fsdp2.device(units[0].group)
     fetched = unit_fetches(
         units_of_capture.use,
         units_of_capture.sizes,
         graph.size,
-        fetch_costs,
+        in_cost_unit(link.seconds, settings.capture.cost_model, device),
+        in_cost_unit(link.reduce_seconds, settings.capture.cost_model, device),
         released_before_backward=not hold_gathered,
     )
     no_remat = _with_graph(
