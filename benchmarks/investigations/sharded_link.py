@@ -4,7 +4,7 @@ the data a plan that prices communication would need. 2 ranks, gloo, CPU.
     .venv/bin/python benchmarks/investigations/sharded_link.py --out        # rows to benchmarks/results/
     .venv/bin/python benchmarks/investigations/sharded_link.py --from-json  # the table again from them
 
-First the link: `all_gather_into_tensor` and `reduce_scatter_tensor` of flat float32 buffers of `--sizes` bytes per
+First the link: `all_gather_into_tensor` and `reduce_scatter_single` of flat float32 buffers of `--sizes` bytes per
 rank's shard, `--repeats` calls each (the slower rank's median), and a least-squares fit of seconds = latency +
 bytes / bandwidth per collective. Then the step: the model of `benchmarks/sharded.py` (Hugging Face's GPT-2,
 `fully_shard` on each block and on the root), ours at budget 1.0 without prefetching (each GATHER and REDUCE then
@@ -51,7 +51,7 @@ def _collective(name: str, shard_bytes: int) -> Callable[[], None]:
     full = torch.ones(shard.numel() * WORLD_SIZE)
     if name == "all-gather":
         return lambda: dist.all_gather_into_tensor(full, shard)
-    return lambda: dist.reduce_scatter_tensor(shard, full)
+    return lambda: dist.reduce_scatter_single(shard, full)
 
 
 def _median_seconds(call: Callable[[], None], repeats: int) -> float:

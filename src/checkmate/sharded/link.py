@@ -135,7 +135,7 @@ def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
 
 
 def _reduce_scatter(shard: torch.Tensor, full: torch.Tensor, unit: Unit) -> None:
-    dist.reduce_scatter_tensor(shard, full, group=fsdp2.shard_process_group(unit.group))
+    dist.reduce_scatter_single(shard, full, group=fsdp2.shard_process_group(unit.group))
 
 
 def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:
