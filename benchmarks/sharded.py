@@ -32,11 +32,11 @@ gloo's thread frees its buffers) and over ranks. Ours' planned peak is `step.rep
 gathered parameters, unsharded gradients and collective buffers (`checkmate.sharded.memory`); memory it missed would
 show as measured above planned, and the column measured/planned says by how much. Ours' predicted time is
 `step.report().planned_time`: the plan's compute and the gathers' and reduce-scatters' time that compute does not
-hide, as the search priced them (rank 0's profile), beside the measured step time of the slower rank. Every configuration's
-gradient shards (`.grad.to_local()`, from `.grad = None`) are compared with eager FSDP2's on its first call (max abs
-difference over ranks; "bitwise" when 0). Step times are medians over `--repeats` rounds, each calling every
-configuration once in a shuffled order (the same on every rank, since steps are collective; `.grad` reset untimed),
-the slower rank's median.
+hide, as the search priced them (rank 0's profile), beside the measured step time of the slower rank. Every
+configuration's gradient shards (`.grad.to_local()`, from `.grad = None`) are compared with eager FSDP2's on its
+first call (max abs difference over ranks; "bitwise" when 0). Step times are medians over `--repeats` rounds, each
+calling every configuration once in a shuffled order (the same on every rank, since steps are collective; `.grad`
+reset untimed), the slower rank's median.
 """
 
 from __future__ import annotations

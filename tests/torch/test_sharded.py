@@ -379,9 +379,9 @@ def _failing_rank_stops_the_others() -> None:
 
 
 def _link_timings_cached(directory: Path) -> None:
-    """The all-gather and reduce-scatter timings are measured once and then read from the cache (`checkmate.sharded.link`); when one
-    rank lacks them, every rank measures again (no rank waits in a collective the other skips); a compile with
-    `cache=False` writes none."""
+    """The all-gather and reduce-scatter timings are measured once and then read from the cache
+    (`checkmate.sharded.link`); when one rank lacks them, every rank measures again (no rank waits in a collective the
+    other skips); a compile with `cache=False` writes none."""
     os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
     model, _ = _pair()
     initialize(model)
