@@ -1,15 +1,17 @@
 """The time model of a link that moves values to and from the device beside compute: one for every value held
 elsewhere.
 
-Two kinds of value live off the device for part of a step and come back over a link: an activation a plan copies
-to host memory and back (`checkmate.moved`, over the host link, one lane each way) and an FSDP2 unit's parameters,
-sharded across the ranks and gathered for the stages that read them (`checkmate.fetched`, over the process group, one
-lane). Each builds its copies (`Copies`) from its own decisions and both are priced here, by one model:
+Two kinds of value live off the device for part of a step and come back over a link: an activation a plan copies to
+host memory and back (`checkmate.moved`, over the host link, one lane each way) and an FSDP2 unit's parameters,
+sharded across the ranks, gathered for the stages that read them and released after their last use with a
+reduce-scatter of their gradients (`checkmate.fetched`, over the process group, one lane). Each builds its copies
+(`Copies`) from its own decisions and both are priced here, by one model:
 
 * each copy has work (its cost in the graph's cost unit) and a window, the run of stages `first` to `last` in which
   it may run; it must be complete at the end of stage `last`;
 * each stage lends each lane `lent[s]` of link time beside its compute (for the host link, its `overlap` x the
-  stage's compute; for a fetch, the compute of the stage before the one it is for);
+  stage's compute; the fetched values' stages are the slots between the step's stages, each lending what the
+  compute it runs beside hides);
 * a lane runs one copy at a time, earliest deadline first, using the time lent; where a copy due at stage s is not
   complete at its end, the step waits there: the stage's time grows by the longest of the lanes' waits, and every
   lane goes on copying while it waits (`LinkSchedule.exposed`).
@@ -51,9 +53,6 @@ class Copies:
             raise ValueError(f"a lane's copies need four arrays of one length, got shapes {sorted(sizes)}")
         if (self.first > self.last).any() or (self.work < 0).any():
             raise ValueError("each copy needs a window of at least one stage (first <= last) and work >= 0")
-
-
-NO_COPIES = Copies(*(np.zeros(0, dtype=dtype) for dtype in (np.float64, np.int64, np.int64, np.int64)))
 
 
 @dataclass(frozen=True)
