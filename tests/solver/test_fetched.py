@@ -265,6 +265,22 @@ def test_the_coarse_path_plans_fetched_values_within_the_budget(workspace: int) 
     assert fetches(plan.presence).tolist() == [1] and plan.recomputes
 
 
+def test_the_coarse_path_prices_a_release_beside_compute() -> None:
+    """Through a coarse graph, a unit read by the second forward node and its gradient, released after that gradient
+    (at 5, the link hiding half of each stage's compute): the plan fits, and its cost is the same plan's on the graph
+    without the release plus the release less at most what the last stage's compute (1) hides of it (0.5)."""
+    chain = linear_graph(12)
+    T = chain.size
+    unit = _unit(chain, "block", (1, T - 2), 4, 10.0, release_cost=5.0)
+    graph = dataclasses.replace(chain, fetched=(unit,), fetch_overlap=0.5, prefetch=True)
+    budget = solve(graph, None, method="checkpoint_all").peak_memory - 2
+    plan = solve(graph, budget, method="optimal", time_limit=20, exact_nodes=10, coarse_nodes=8)
+    assert plan.peak_memory <= budget
+    without = dataclasses.replace(graph, fetched=(dataclasses.replace(unit, release_cost=0.0),))
+    added = plan.cost - lower(without, plan.R, plan.S, plan.presence).cost
+    assert 4.5 - 1e-9 <= added <= 5.0 + 1e-9
+
+
 def test_a_presence_that_breaks_a_rule_is_refused() -> None:
     graph = _chain_with_unit(2, memory=2, cost=1.0)
     plan = solve(graph, None, method="checkpoint_all")
