@@ -80,38 +80,46 @@ def schedule(lanes: Sequence[Copies], lent: np.ndarray, columns: int) -> LinkSch
 
 
 def _earliest_deadline_first(lanes: Sequence[Copies], lent: np.ndarray, columns: int) -> LinkSchedule:
-    """`schedule`, stage by stage."""
+    """`schedule`, stage by stage (on Python numbers: each stage touches a few copies, where numpy's per-call cost
+    would dominate)."""
     T = lent.size
-    done = tuple(np.zeros((T, columns)) for _ in lanes)
-    exposed = np.zeros(T)
-    left = [copies.work.astype(np.float64).copy() for copies in lanes]
+    lent_at = lent.astype(np.float64).tolist()
+    exposed = [0.0] * T
+    work = [copies.work.astype(np.float64).tolist() for copies in lanes]
+    left = [list(each) for each in work]
+    last = [copies.last.tolist() for copies in lanes]
+    column = [copies.column.tolist() for copies in lanes]
     opening = [_by_stage(copies.first, T) for copies in lanes]
     due = [_by_stage(copies.last, T) for copies in lanes]
+    parts: list[list[tuple[int, int, float]]] = [[] for _ in lanes]  # (stage, column, work done there)
     heaps: list[list[tuple[int, int]]] = [[] for _ in lanes]  # (deadline, copy): earliest first
     for s in range(T):
-        for lane, copies in enumerate(lanes):
+        for lane in range(len(lanes)):
             for copy in opening[lane][s]:
-                heapq.heappush(heaps[lane], (int(copies.last[copy]), copy))
-        waits = [float(left[lane][due[lane][s]].sum()) - float(lent[s]) for lane in range(len(lanes))]
+                heapq.heappush(heaps[lane], (last[lane][copy], copy))
+        waits = [sum(left[lane][copy] for copy in due[lane][s]) - lent_at[s] for lane in range(len(lanes))]
         exposed[s] = max([0.0, *waits])
-        for lane, copies in enumerate(lanes):
-            capacity, heap = float(lent[s]) + exposed[s], heaps[lane]
+        for lane in range(len(lanes)):
+            capacity, heap, remaining = lent_at[s] + exposed[s], heaps[lane], left[lane]
             while heap and capacity > 0:
                 copy = heap[0][1]
-                used = min(capacity, left[lane][copy])
-                left[lane][copy] -= used
-                done[lane][s, copies.column[copy]] += used
+                used = min(capacity, remaining[copy])
+                remaining[copy] -= used
+                parts[lane].append((s, column[lane][copy], used))
                 capacity -= used
-                if left[lane][copy] <= 0:
+                if remaining[copy] <= 0:
                     heapq.heappop(heap)
             for copy in due[lane][s]:
-                if left[lane][copy] > 1e-9 * max(float(copies.work[copy]), 1.0):
-                    raise AssertionError(
-                        f"internal: copy {copy} of lane {lane} left {left[lane][copy]} past its window"
-                    )
+                if remaining[copy] > 1e-9 * max(work[lane][copy], 1.0):
+                    raise AssertionError(f"internal: copy {copy} of lane {lane} left {remaining[copy]} past its window")
             while heap and heap[0][0] <= s:  # due here, done but for rounding
                 heapq.heappop(heap)
-    return LinkSchedule(exposed, done)
+    done = tuple(np.zeros((T, columns)) for _ in lanes)
+    for lane, lane_parts in enumerate(parts):
+        if lane_parts:
+            stage, value, used = zip(*lane_parts, strict=True)
+            np.add.at(done[lane], (list(stage), list(value)), list(used))
+    return LinkSchedule(np.array(exposed), done)
 
 
 def _one_stage_windows(lanes: Sequence[Copies], lent: np.ndarray, columns: int) -> LinkSchedule:
@@ -127,8 +135,9 @@ def _one_stage_windows(lanes: Sequence[Copies], lent: np.ndarray, columns: int) 
     return LinkSchedule(exposed, done)
 
 
-def _by_stage(stages: np.ndarray, T: int) -> list[np.ndarray]:
-    """Per stage, the copies whose `stages` entry is that stage (int64 arrays)."""
+def _by_stage(stages: np.ndarray, T: int) -> list[list[int]]:
+    """Per stage, the copies whose `stages` entry is that stage, in order."""
     order = np.argsort(stages, kind="stable")
-    bounds = np.searchsorted(stages[order], np.arange(T + 1))
-    return [order[bounds[s] : bounds[s + 1]] for s in range(T)]
+    bounds = np.searchsorted(stages[order], np.arange(T + 1)).tolist()
+    copies = order.tolist()
+    return [copies[bounds[s] : bounds[s + 1]] for s in range(T)]
