@@ -124,7 +124,7 @@ def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
     took = []
     for unit in units:
         dtype = fsdp2.sharded_parameter(fsdp2.params(unit.group)[0]).dtype
-        shard_numel = unit.gradient_shard_bytes // torch.empty((), dtype=dtype).element_size()
+        shard_numel = unit.gradient_shard_bytes // dtype.itemsize
         if shard_numel == 0:
             took.append(0.0)
             continue
