@@ -28,8 +28,10 @@ from gloo_ranks import WORLD_SIZE, gloo_ranks
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 
 import checkmate
+import checkmate.sharded.fsdp2 as fsdp2
 from checkmate.errors import RankFailed, ShardedTrainingError
 from checkmate.execute.memory import storage_bytes
 from checkmate.sharded import Sharded
@@ -381,12 +383,20 @@ def _failing_rank_stops_the_others() -> None:
 def _link_timings_cached(directory: Path) -> None:
     """The all-gather and reduce-scatter timings are measured once and then read from the cache
     (`checkmate.sharded.link`); when one rank lacks them, every rank measures again (no rank waits in a collective the
-    other skips); a compile with `cache=False` writes none."""
+    other skips); a compile with `cache=False` writes none. Timing the reduces (FSDP2's post-backward on zero
+gradients) leaves every sharded `.grad` as it was, and every unit sharded."""
     os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
     model, _ = _pair()
     initialize(model)
     units = units_of(model)
+    shards = [param for param in model.parameters() if isinstance(param, DTensor)]
+    kept = torch.full_like(shards[0], 3.0)
+    shards[0].grad = kept
     first = measure_link(units, overlap=True)
+    assert shards[0].grad is kept and torch.equal(kept.to_local(), torch.full_like(kept.to_local(), 3.0))
+    assert all(shard.grad is None for shard in shards[1:]), "timing the reduces must leave no gradient"
+    assert all(param.untyped_storage().size() == 0 for param in _gathered_parameters(units)), "a unit left gathered"
+    shards[0].grad = None
     again = measure_link(units, overlap=True)
     assert not first.cached and again.cached
     assert again.seconds == pytest.approx(first.seconds), (first, again)
@@ -402,6 +412,11 @@ def _link_timings_cached(directory: Path) -> None:
     model, _ = _pair()
     checkmate.compile(model, loss_fn, make_batch(0), budget=1.0, method="checkpoint_all", **OPTIONS)  # cache=False
     assert not cache_file(torch.device("cpu")).exists(), "compile(cache=False) must write no link timings"
+
+
+def _gathered_parameters(units: Any) -> list[torch.Tensor]:
+    """Each unit's full parameters, whose storage a gather fills and a free empties."""
+    return [fsdp2.unsharded_parameter(param) for unit in units for param in fsdp2.params(unit.group)]
 
 
 def _worker(rank: int, init_file: str, checks: list[Callable[[], None]]) -> None:

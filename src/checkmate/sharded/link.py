@@ -2,14 +2,13 @@
 cached on disk.
 
 A sharded plan prices each fetch of a unit's parameters at the time its all-gather takes (FSDP2's `unshard`, which
-on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), each unit's release at a reduce-scatter of its
-padded gradients into this rank's shard (`reduce_seconds`: the collective alone, without FSDP2's copies into its
-buffer and the division after), and, when asked, the fraction of a prefetched all-gather that runs beside compute.
-All are measured on the process group at the first compile (`measure_link`)
-and kept in the profile cache (`checkmate.torch_capture.link_timing.cache_file`), keyed by the
-process group's backend and size and by the unit's parameters (shapes and dtypes), as op timings are kept: the next
-compile of the same model on the same machine reuses them. Units of the same parameter shapes (a model's blocks) get
-one figure, the median of their timings.
+on CPU ranks is mostly FSDP2's copies in and out of its flat buffer), each unit's release at the time its reduce takes
+(FSDP2's post-backward: the copy of its gradients into the reduce-scatter buffer, the collective, the division and
+the sharded `.grad`s, `reduce_seconds`), and, when asked, the fraction of a prefetched all-gather that runs beside
+compute. All are measured on the process group at the first compile (`measure_link`) and kept in the profile cache
+(`checkmate.torch_capture.link_timing.cache_file`), keyed by the process group's backend and size and by the unit's
+parameters (shapes and dtypes), as op timings are kept: the next compile of the same model on the same machine reuses
+them. Units of the same parameter shapes (a model's blocks) get one figure, the median of their timings.
 
 Measuring is a collective call (every rank gathers the units in the same order), so the ranks first agree whether
 all of them have every timing cached (`dist.all_reduce` of a flag); if any lacks one, every rank measures again.
@@ -60,7 +59,7 @@ def measure_link(units: Sequence[Unit], overlap: bool) -> Link:
     path = cache_file(fsdp2.device(units[0].group))
     identities = [_unit_key(unit) for unit in units]
     keys = [f"gather|{identity}" for identity in identities]
-    reduce_keys = [f"reduce|{identity}" for identity in identities]
+    reduce_keys = [f"post_backward|{identity}" for identity in identities]
     overlap_key = f"overlap|{_unit_key(_largest(units))}"
     cache = read_entries(path, finite_number)
     wanted = [*keys, *reduce_keys, *([overlap_key] if overlap else [])]
@@ -117,25 +116,40 @@ def gather_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
 
 
 def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
-    """Each unit's reduce-scatter of its padded gradients (`Unit.gradient_shard_bytes` x the world size, in its
-    parameters' dtype) into this rank's shard, timed on this rank as `gather_seconds` times a gather; 0 for a unit
-    without gradients. A collective call: every rank reduces the units in the same order."""
+    """Each unit's reduce as the step's REDUCE runs it (FSDP2's post-backward: its gradients copied into the
+    reduce-scatter buffer, the collective, the division, this rank's shards made the sharded `.grad`s, the gathered
+    parameters freed), timed on this rank as `gather_seconds` times a gather, on the unit gathered with zero gradients;
+    every sharded `.grad` is as it was after. 0 for a unit without gradients. A collective call: every rank reduces
+    the units in the same order."""
     device = fsdp2.device(units[0].group)
     took = []
     for unit in units:
-        dtype = fsdp2.sharded_parameter(fsdp2.params(unit.group)[0]).dtype
-        shard_numel = unit.gradient_shard_bytes // dtype.itemsize
-        if shard_numel == 0:
+        made = [param for param in fsdp2.params(unit.group) if fsdp2.sharded_parameter(param).requires_grad]
+        if not made:
             took.append(0.0)
             continue
-        shard = torch.empty(shard_numel, dtype=dtype, device=device)
-        full = torch.zeros(shard_numel * unit.world_size, dtype=dtype, device=device)
-        took.append(median_time(functools.partial(_reduce_scatter, shard, full, unit), device))
+        kept = [fsdp2.sharded_parameter(param).grad for param in made]
+        took.append(
+            median_time(
+                functools.partial(fsdp2.post_backward, unit.group),
+                device,
+                before=functools.partial(_with_zero_gradients, unit, made),
+            )
+        )
+        for param, grad in zip(made, kept, strict=True):
+            fsdp2.sharded_parameter(param).grad = grad
+        fsdp2.finish_backward([(unit.module, unit.group)])
     return tuple(took)
 
 
-def _reduce_scatter(shard: torch.Tensor, full: torch.Tensor, unit: Unit) -> None:
-    dist.reduce_scatter_single(shard, full, group=fsdp2.shard_process_group(unit.group))
+def _with_zero_gradients(unit: Unit, made: Sequence[fsdp2.Param]) -> None:
+    """The unit gathered, each of `made` with a zero gradient on its full parameter and none on its shard: what the
+    unit's post-backward finds in a step that starts with no `.grad`s."""
+    unit.module.unshard()
+    for param in made:
+        fsdp2.sharded_parameter(param).grad = None
+        full = fsdp2.unsharded_parameter(param)
+        full.grad = torch.zeros_like(full)
 
 
 def gather_overlap(units: Sequence[Unit], seconds: Sequence[float]) -> float:

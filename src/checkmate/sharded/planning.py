@@ -93,7 +93,7 @@ def plan_sharded(
     with disk_cache.caching(settings.cache):  # `compile(..., cache=False)` reads and writes no cache
         link = measure_link(units, overlap=prefetch_gathers and overlap_gathers)
     log.info(
-        "all-gather per unit (%s): %s ms; reduce-scatter: %s ms; %.0f %% of a gather runs beside compute",
+        "all-gather per unit (%s): %s ms; reduce (post-backward): %s ms; %.0f %% of a gather runs beside compute",
         "cached" if link.cached else "measured",
         ", ".join(f"{1000 * took:.2f}" for took in link.seconds),
         ", ".join(f"{1000 * took:.2f}" for took in link.reduce_seconds),

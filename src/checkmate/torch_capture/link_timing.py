@@ -23,10 +23,18 @@ TIMINGS = 5  # timed calls per figure, after one untimed that pays for buffers
 THROUGHPUT_SIZE = 256  # the side of the square matrices whose product prices a second in FLOPs
 
 
-def median_time(call: Callable[[], object], device: torch.device, after: Callable[[], object] | None = None) -> float:
-    """The median time of `TIMINGS` calls of `call`, after one untimed; `after` runs after each, untimed."""
+def median_time(
+    call: Callable[[], object],
+    device: torch.device,
+    after: Callable[[], object] | None = None,
+    before: Callable[[], object] | None = None,
+) -> float:
+    """The median time of `TIMINGS` calls of `call`, after one untimed; `before` and `after` run before and after
+    each, untimed."""
     took = []
     for _ in range(TIMINGS + 1):
+        if before is not None:
+            before()
         synchronize(device)
         started = time.perf_counter()
         call()
