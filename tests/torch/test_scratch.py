@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,20 @@ def test_allocator_meters_read_a_known_temporary() -> None:
 
     assert allocator_peak(run) == 4000
     assert allocator_scratch(run) == 4000 - 80
+
+
+def test_allocator_meter_counts_a_free_on_another_thread() -> None:
+    """A block made on the metered thread and let go by another (as a gloo worker thread lets go of a finished
+    collective's buffers) is no longer held: the next block of its size is the peak, not a second one beside it."""
+
+    def run() -> None:
+        held = [torch.empty(2**18)]  # 1 MiB
+        letting_go = threading.Thread(target=held.clear)
+        letting_go.start()
+        letting_go.join()
+        torch.empty(2**18)
+
+    assert allocator_peak(run) == 2**20
 
 
 def _profile_of(captured: Captured, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> Any:

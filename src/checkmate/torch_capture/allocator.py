@@ -5,6 +5,14 @@ Every CPU tensor allocation, whether made by an eager op, inside a kernel, or by
 on; each allocation and free event carries the allocator's running total. The profiling pass reads each op's scratch
 from these events (`checkmate.torch_capture.profile`), and the benchmarks measure whole steps with `allocator_peak`.
 
+The allocator counts a free in that running total only on a thread the profiler records, unless c10's flag
+`caffe2_report_cpu_memory_usage` is set (`ProfiledCPUMemoryReporter::Delete`, c10/core/CPUAllocator.cpp, torch 2.13):
+a block made on the profiled thread and let go by another (a gloo worker thread dropping the last reference to a
+finished collective's buffers) would stay in the total for the rest of the session, and read as held. Each session
+sets that flag (`_every_thread_counted`), so every thread's frees and allocations are in the total the events carry,
+and restores it after; where the flag cannot be set (a build that does not export it, or c10 logging at INFO, where
+the flag also logs every allocation), the session runs without it and says so once.
+
 Every session goes through `memory_profile`. PyTorch's profiler library (Kineto) writes a `USDT: ... profiler_start`
 and a `... profiler_stop` line to the process's stderr at each session's start and stop, at every log level that
 still shows its errors; `memory_profile` drops those two lines and passes anything else written then through.
@@ -12,16 +20,22 @@ still shows its errors; `memory_profile` drops those two lines and passes anythi
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import logging
 import os
 import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+log = logging.getLogger(__name__)
 
 # Kineto's marker of a session's start or stop (`USDT_EMIT_START_TRACE` in libkineto's Logger.h).
 _SESSION_MARKER = re.compile(rb"^USDT:.*\] profiler_(start|stop)$")
@@ -63,13 +77,59 @@ def memory_profile() -> Iterator[profile]:
     """A CPU profiler session that records allocations (read them with `allocation_events`), without Kineto's
     start and stop markers on stderr."""
     session = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _without_session_markers():
-        session.__enter__()
-    try:
-        yield session
-    finally:
+    with _every_thread_counted():
         with _without_session_markers():
-            session.__exit__(None, None, None)
+            session.__enter__()
+        try:
+            yield session
+        finally:
+            with _without_session_markers():
+                session.__exit__(None, None, None)
+
+
+@contextmanager
+def _every_thread_counted() -> Iterator[None]:
+    """c10's flag `caffe2_report_cpu_memory_usage` set inside, so the allocator's running total counts the frees and
+    allocations of every thread (module doc); as it was after."""
+    flag = _report_flag()
+    if flag is None:
+        yield
+        return
+    before = flag.value
+    flag.value = True
+    try:
+        yield
+    finally:
+        flag.value = before
+
+
+# c10's log levels (`FLAGS_caffe2_log_level`, c10/util/Logging.h): 0 is INFO, which would print every allocation.
+_INFO = 0
+
+
+@functools.cache
+def _report_flag() -> ctypes.c_bool | None:
+    """c10's `FLAGS_caffe2_report_cpu_memory_usage` in the loaded libc10, or None (logged once) where it is not
+    exported or c10 logs at INFO."""
+    libraries = sorted((Path(torch.__file__).parent / "lib").glob("*c10.*"))
+    try:
+        library = ctypes.CDLL(str(libraries[0]))
+        flag = ctypes.c_bool.in_dll(library, "FLAGS_caffe2_report_cpu_memory_usage")
+        level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value
+    except (IndexError, OSError, ValueError) as error:
+        log.warning(
+            "the CPU allocator meter counts frees only on the profiled thread here (%s): memory another thread lets "
+            "go of reads as held",
+            error,
+        )
+        return None
+    if level <= _INFO:
+        log.warning(
+            "c10 logs at INFO: the CPU allocator meter counts frees only on the profiled thread (memory another "
+            "thread lets go of reads as held), since counting them would log every allocation"
+        )
+        return None
+    return flag
 
 
 @contextmanager
