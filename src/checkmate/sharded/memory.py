@@ -18,14 +18,10 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
 * with a process group whose collectives copy their buffers (gloo, on CPU: a flat copy of the full buffer and one of
   this rank's shard per all-gather and per reduce-scatter), those copies during each unit call; a prefetched
   all-gather's from its PREFETCH to its GATHER.
-* with gloo, what its worker threads still hold of finished collectives. A worker thread lets go of the collective it
-  ran (the tensors FSDP2 handed it: an all-gather's flat output and input, a reduce-scatter's input and output) only
-  when it next gets the CPU and the GIL, which on busy ranks can be many unit calls later
-  (`benchmarks/investigations/gloo_copies.py` saw 18), but it holds one at most: it lets go of one before it takes
-  the next (`ProcessGroupGloo::runLoop`). So with GLOO_WORKER_THREADS threads, the finished collectives held beside
-  the step are at most that many, of any earlier call of this step or the step before: the largest that many of the
-  step's calls' buffers (`_copies`) are counted at every moment, one fewer during a unit call (its own thread is
-  busy with it, and its buffers are counted as the call's).
+
+What gloo's worker threads hold of a finished collective until they drop it is not counted: they drop it as soon as
+they run again, which the allocator's meter, counting every thread's frees, shows to be within the over-counts below
+(the step's per-rank peak steady from call to call, at or below this count; BENCHMARKS.md, "Sharded training").
 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
 the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
@@ -58,10 +54,6 @@ from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall,
 from checkmate.simulate import Compute, Schedule
 
 log = logging.getLogger(__name__)
-
-# ProcessGroupGloo's worker threads (its `Options.threads`, which torch sets to 2 and Python cannot read back).
-GLOO_WORKER_THREADS = 2
-
 
 @dataclass(frozen=True)
 class UnitBytes:
@@ -121,26 +113,43 @@ class StageMemory:
             plan counts for the gathers in that usage (`Schedule.fetched_bytes`; never below 0): the
             `Graph.stage_held` that lets a solver see the units, estimated on the schedule.
         peaks: per stage, the most bytes in use at any moment of it (`sharded_usage`).
+        counted: per stage, what a solver given `extras` counts there for this schedule: the graph's largest usage
+            at a compute step of it plus its extra (at least its peak: one extra per stage can count a call's or a
+            compute step's bytes beside another compute step's usage).
     """
 
     extras: tuple[int, ...]
     peaks: tuple[int, ...]
+    counted: tuple[int, ...]
 
     @property
     def peak(self) -> int:
         """The per-rank peak of the sharded step (`sharded_peak`)."""
         return max(self.peaks)
 
+    @property
+    def counted_peak(self) -> int:
+        """The largest of `counted`: the peak a solver counts for this schedule."""
+        return max(self.counted)
+
 
 def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMemory:
     """The extras and peaks of each stage, from one replay of the sharded step."""
     stages = max((step.stage for step in schedule.steps), default=-1) + 1
-    extras, peaks = [0] * stages, [0] * stages
+    extras, peaks, computed = [0] * stages, [0] * stages, [0] * stages
     _, present = _planned_presence(schedule, sizes)
-    for stage, graph_part, units, _ in _moments(schedule, use, sizes):
-        extras[stage] = max(extras[stage], units - int(present[stage]))
+    moments = list(_moments(schedule, use, sizes))
+    for moment in moments:
+        if moment.compute:
+            computed[moment.stage] = max(computed[moment.stage], moment.graph)
+    for stage, graph_part, units, compute in moments:
+        # A solver adds a stage's extra to each of its compute steps: at a unit call between them, what the call holds
+        # beside the graph need only reach the stage's largest graph usage at a compute step.
+        beside = units if compute else graph_part + units - computed[stage]
+        extras[stage] = max(extras[stage], beside - int(present[stage]))
         peaks[stage] = max(peaks[stage], graph_part + units)
-    return StageMemory(tuple(extras), tuple(peaks))
+    counted = [max(computed[stage] + int(present[stage]) + extras[stage], peaks[stage]) for stage in range(stages)]
+    return StageMemory(tuple(extras), tuple(peaks), tuple(counted))
 
 
 def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Moment]:
@@ -152,8 +161,6 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     steps = place_unit_calls(schedule.steps, use, presence)
     reduces = [step.unit for step in steps if isinstance(step, UnitCall) and step.action == REDUCE]
     reduce_buffer = sizes.gradients[reduces[-1]] if reduces else 0  # kept from the step before
-    calls = [step for step in steps if isinstance(step, UnitCall)]
-    lingering = _largest_copies(calls, sizes)
     pending_copies: dict[int, int] = {}  # unit: the copies of its all-gather in flight (prefetched)
     made_shards = 0
     before = sizes.fixed_memory
@@ -169,7 +176,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     for step, opens in zip(steps, opening, strict=True):
         if isinstance(step, Compute):
             before, stage = next(computes) - int(present[step.stage]), step.stage
-            yield Moment(stage, before, held() + sum(lingering), True)  # its gradients are in its workspace now
+            yield Moment(stage, before, held(), True)  # its gradients are in its workspace now
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
@@ -177,7 +184,7 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
             prefetched = in_flight[step.unit]
             copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
             transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
-            during = held() + transient + copy + sum(lingering[1:])
+            during = held() + transient + copy
             if opens is None:
                 yield Moment(stage, before, during, False)
             else:  # between stages, after the frees of the stage before
@@ -246,22 +253,6 @@ def gather_workspaces(sizes: UnitBytes) -> tuple[np.ndarray, np.ndarray]:
 def sharded_peak(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> int:
     """The largest of `sharded_usage`: the per-rank peak of the sharded step."""
     return max(sharded_usage(schedule, use, sizes), default=sizes.fixed_memory)
-
-
-def _largest_copies(calls: Sequence[UnitCall], sizes: UnitBytes) -> list[int]:
-    """The buffers of the GLOO_WORKER_THREADS largest of the step's collectives, largest first: what gloo's worker
-    threads may still hold of finished collectives at any moment (module doc): the tensors a collective holds are its
-    output and input, the sizes of its copies (`_copies`). A prefetched all-gather is one collective, its PREFETCH's."""
-    collectives: list[int] = []
-    prefetched: set[int] = set()
-    for call in calls:
-        if call.action == PREFETCH:
-            prefetched.add(call.unit)
-        elif call.action == GATHER and call.unit in prefetched:
-            prefetched.discard(call.unit)
-            continue
-        collectives.append(_copies(call, sizes))
-    return sorted(collectives, reverse=True)[:GLOO_WORKER_THREADS]
 
 
 def _copies(call: UnitCall, sizes: UnitBytes) -> int:

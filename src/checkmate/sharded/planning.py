@@ -18,20 +18,18 @@ Each unit's gathered parameters are a fetched value of the plan's graph (`checkm
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
 unit is held from its forward to its backward or gathered again, where recomputation gathers it, and (with
 prefetching, `Graph.prefetch`) how far ahead each gather starts, are decisions of the same search. Each gather is
-priced at its all-gather's time measured on the process group at the first compile and cached, and each unit's
-release after its last gradient at its reduce-scatter's (`checkmate.sharded.link`; with `cost_model="flops"` in FLOPs
-at the device's measured matrix-product throughput),
-and, with prefetching and `ShardedOptions(overlap_gathers)` (the default), the fraction of a gather that runs
-beside compute measured as well (the graph's `fetch_overlap`). What a gather holds beside the parameters (FSDP2's
-flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's workspace, counted in the stage of each
-gather the plan makes (`checkmate.sharded.memory.gather_workspaces`). The step then gathers and frees each unit where
-the plan says (`checkmate.sharded.timeline`). What else the units hold (reduce-scatter buffers, unsharded gradients,
-what gloo's threads keep of finished collectives) the solver sees through the graph's `stage_held`: per stage, what
-they hold beside the graph's own usage and its count of the gathers in the step without recomputation
-(`checkmate.sharded.memory.StageMemory.extras`), an estimate: where a plan's stage holds more than it, each stage
-where the sharded peak is over the budget takes the larger of the two estimates, that one and the plan's, and the
-graph is solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before
-it left).
+priced at its all-gather's time measured on the process group at the first compile and cached, and each unit's release
+after its last gradient at its reduce's (FSDP2's post-backward, `checkmate.sharded.link`; with `cost_model="flops"` in
+FLOPs at the device's measured matrix-product throughput), and, with prefetching and `ShardedOptions(overlap_gathers)`
+(the default), the fraction of a gather that runs beside compute measured as well (the graph's `fetch_overlap`). What a
+gather holds beside the parameters (FSDP2's flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's
+workspace, counted in the stage of each gather the plan makes (`checkmate.sharded.memory.gather_workspaces`). The step
+then gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold
+(reduce-scatter buffers, unsharded gradients) the solver sees through the graph's `stage_held`: per stage, what they
+hold beside the graph's own usage and its count of the gathers in the step without recomputation
+(`checkmate.sharded.memory.StageMemory.extras`), an estimate: where a plan's stage holds more than it, each stage where
+the sharded peak is over the budget takes the larger of the two estimates, that one and the plan's, and the graph is
+solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
@@ -183,7 +181,7 @@ def _plan_within_budget(
     if not solves:
         return no_remat
     reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
-    budget = resolve_budget(settings.budget, reference.peak)
+    budget = resolve_budget(settings.budget, reference.counted_peak)
     held = reference.extras
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
     for round_number in range(1, FIT_ROUNDS + 1):
