@@ -384,7 +384,7 @@ def _link_timings_cached(directory: Path) -> None:
     """The all-gather and reduce-scatter timings are measured once and then read from the cache
     (`checkmate.sharded.link`); when one rank lacks them, every rank measures again (no rank waits in a collective the
     other skips); a compile with `cache=False` writes none. Timing the reduces (FSDP2's post-backward on zero
-gradients) leaves every sharded `.grad` as it was, and every unit sharded."""
+    gradients) leaves every sharded `.grad` as it was, and every unit sharded."""
     os.environ["CHECKMATE_CACHE_DIR"] = str(directory / f"rank{dist.get_rank()}")
     model, _ = _pair()
     initialize(model)

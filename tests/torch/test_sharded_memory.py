@@ -221,7 +221,7 @@ def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
 def test_gloo_copies_count_only_while_their_collective_runs(prefetch: bool) -> None:
     """gloo's copies of a collective are held while it runs, and a prefetched gather's from its PREFETCH to its
     GATHER (at C0, 40 + 20), never at a compute moment after: a worker thread drops a finished collective's buffers
-    when it runs again, which the allocator meter, counting every thread's frees, shows within the count's margins."""
+    as its run returns, which the allocator meter, counting every thread's frees, shows within the count's margins."""
     use = dataclasses.replace(USE, reshard_after_forward=(False, False), prefetch_gathers=prefetch)
     sizes = {
         copies: dataclasses.replace(

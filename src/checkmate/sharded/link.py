@@ -139,6 +139,7 @@ def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
         for param, grad in zip(made, kept, strict=True):
             fsdp2.sharded_parameter(param).grad = grad
         fsdp2.finish_backward([(unit.module, unit.group)])
+        unit.module.reshard()  # as it was, where FSDP2 keeps a unit gathered after its backward
     return tuple(took)
 
 

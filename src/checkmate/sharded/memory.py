@@ -19,9 +19,10 @@ also holds, at the places `checkmate.sharded.timeline` puts each unit's calls:
   this rank's shard per all-gather and per reduce-scatter), those copies during each unit call; a prefetched
   all-gather's from its PREFETCH to its GATHER.
 
-What gloo's worker threads hold of a finished collective until they drop it is not counted: they drop it as soon as
-they run again, which the allocator's meter, counting every thread's frees, shows to be within the over-counts below
-(the step's per-rank peak steady from call to call, at or below this count; BENCHMARKS.md, "Sharded training").
+What a gloo worker thread holds of a collective after it completes is not counted: the thread drops it as soon as
+the run returns (`ProcessGroupGloo::runLoop`), which the allocator meter, counting every thread's frees, shows within
+the over-counts below (the step's per-rank peak steady from call to call, at or below this count; BENCHMARKS.md,
+"Noticed").
 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
 the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
@@ -54,6 +55,7 @@ from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall,
 from checkmate.simulate import Compute, Schedule
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class UnitBytes:
