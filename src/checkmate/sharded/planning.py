@@ -12,7 +12,9 @@ capture's fixed memory (`checkmate.sharded.units.sharding_fixed_memory`).
 
 The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
-them. A fraction is of that peak without recomputation.
+them. A fraction is of that peak without recomputation as the solver counts it (`StageMemory.counted_peak`: per
+stage, the graph's largest usage at a compute step plus what the units hold beside it at any moment of the stage),
+so that `budget=1.0` always admits the step without recomputation.
 
 Each unit's gathered parameters are a fetched value of the plan's graph (`checkmate.fetched`,
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
