@@ -124,7 +124,7 @@ def reduce_seconds(units: Sequence[Unit]) -> tuple[float, ...]:
     device = fsdp2.device(units[0].group)
     took = []
     for unit in units:
-        made = [param for param in fsdp2.params(unit.group) if fsdp2.sharded_parameter(param).requires_grad]
+        made = unit.params_with_gradients
         if not made:
             took.append(0.0)
             continue

@@ -58,13 +58,14 @@ class Unit:
         return sum(fsdp2.padded_shard_bytes(param) for param in fsdp2.params(self.group))
 
     @property
+    def params_with_gradients(self) -> tuple[fsdp2.Param, ...]:
+        """The unit's parameters that take a gradient."""
+        return tuple(param for param in fsdp2.params(self.group) if fsdp2.sharded_parameter(param).requires_grad)
+
+    @property
     def gradient_shard_bytes(self) -> int:
         """Bytes of the unit's sharded gradients on this rank (of the parameters that take a gradient)."""
-        return sum(
-            fsdp2.padded_shard_bytes(param)
-            for param in fsdp2.params(self.group)
-            if fsdp2.sharded_parameter(param).requires_grad
-        )
+        return sum(fsdp2.padded_shard_bytes(param) for param in self.params_with_gradients)
 
 
 def initialize(root: nn.Module) -> None:
