@@ -59,14 +59,20 @@ def greedy_plan(
         candidates: forward nodes that may become checkpoints.
         method: the name the plans carry.
         segment_budgets: the values of b to try; default: the √n segment memory times `GREEDY_FACTORS`.
-        control: a caller's clock: once it stops, no more plans are simulated (the answer is then the best of those
-            simulated; on a large graph simulating them all takes a while).
+        control: a caller's clock: once it stops, no more values of b are tried and no more plans are priced or
+            simulated (the answer is then the best of those simulated, at least one; on a large graph doing them all
+            takes a while).
     """
     if segment_budgets is None:
         segment_budgets = default_segment_budgets(graph)
-    checkpoint_sets = {tuple(greedy_checkpoints(graph, candidates, b)) for b in segment_budgets}
+    checkpoint_sets: dict[tuple[int, ...], None] = {}  # in the order of b, without repeats
+    for b in segment_budgets:
+        if checkpoint_sets and control is not None and control.stopped:
+            log.info("%s: time is up after %d of %d values of b", method, len(checkpoint_sets), len(segment_budgets))
+            break
+        checkpoint_sets.setdefault(tuple(greedy_checkpoints(graph, candidates, b)))
     log.debug("%s: %d values of b give %d checkpoint sets", method, len(segment_budgets), len(checkpoint_sets))
-    return cheapest_of_checkpoint_sets(graph, budget, sorted(checkpoint_sets), method=method, control=control)
+    return cheapest_of_checkpoint_sets(graph, budget, list(checkpoint_sets), method=method, control=control)
 
 
 def cheapest_of_checkpoint_sets(
@@ -80,11 +86,16 @@ def cheapest_of_checkpoint_sets(
     """The cheapest plan within the budget among checkpoint sets, simulating in order of cost until one fits.
 
     The cost of a fixed-S plan is known from R alone; only the peak needs the (slower) simulation, so plans are
-    simulated cheapest first, and all of them only when none fits (to name the smallest peak in the error), or until
-    `control` stops.
+    simulated cheapest first, and all of them only when none fits (to name the smallest peak in the error). Once
+    `control` stops, no more sets are priced and no more plans simulated (at least one is).
     """
-    candidates = []
+    candidates: list[tuple[float, np.ndarray, np.ndarray]] = []
     for chosen in checkpoint_sets:
+        if candidates and control is not None and control.stopped:
+            log.info(
+                "%s: time is up after pricing %d of %d checkpoint sets", method, len(candidates), len(checkpoint_sets)
+            )
+            break
         S = checkpoint_s(graph, chosen)
         R = cheapest_r(graph, S)
         candidates.append((plan_cost(graph, R), R, S))
