@@ -67,6 +67,10 @@ class Graph:
         stage_held: empty, or per stage t, bytes held outside the plan throughout stage t beside the fixed memory
             and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.StageMemory`).
             Counted in every moment of the stage, through `retained_through`.
+        opening_held: empty, or per stage t, bytes held outside the plan only at the start of stage t, before its
+            first computation, beside all else held then (`held_before_stage` and the values the plan holds into
+            it): what a sharded step's reduce-scatters between two stages hold
+            (`checkmate.sharded.memory.SolverExtras`).
         fetched: values held elsewhere and fetched for the nodes that read them (an FSDP2 unit's parameters): a
             plan decides in which stages each is present (`checkmate.fetched`).
         fetch_overlap: the fraction of a stage's compute that the fetches of the next stage run beside, hidden
@@ -79,6 +83,7 @@ class Graph:
     nodes: tuple[Node, ...]
     fixed_memory: int = 0
     stage_held: tuple[int, ...] = ()
+    opening_held: tuple[int, ...] = ()
     fetched: tuple[FetchedValue, ...] = ()
     fetch_overlap: float = 0.0
     prefetch: bool = False
@@ -87,6 +92,7 @@ class Graph:
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "stage_held", tuple(self.stage_held))
+        object.__setattr__(self, "opening_held", tuple(self.opening_held))
         object.__setattr__(self, "fetched", tuple(self.fetched))
         _validate(self)
 
@@ -155,6 +161,12 @@ class Graph:
         return self.fixed_memory + self.retained_through - self.retained
 
     @cached_property
+    def held_at_opening(self) -> np.ndarray:
+        """int64[n]: bytes outside the plan held at the start of stage t beside `held_before_stage` (`opening_held`;
+        zeros without it)."""
+        return np.array(self.opening_held or [0] * len(self.nodes), dtype=np.int64)
+
+    @cached_property
     def is_backward(self) -> np.ndarray:
         """bool[n]: which nodes belong to the backward pass."""
         return np.array([node.backward for node in self.nodes], dtype=bool)
@@ -185,8 +197,8 @@ class Graph:
         """Serialise in the interchange shape `{"nodes": [...], "fixed_memory": int}`.
 
         A node's "workspace" and "retained" are written only when nonzero, "recompute_workspace" and
-        "recompute_cost" only when set, the graph's "stage_held" only when not empty and a fetched value's
-        workspaces and release cost only when nonzero, so graphs without them keep the plain shape.
+        "recompute_cost" only when set, the graph's "stage_held" and "opening_held" only when not empty and a fetched
+        value's workspaces and release cost only when nonzero, so graphs without them keep the plain shape.
         """
         data: dict[str, Any] = {
             "nodes": [_node_to_dict(node) for node in self.nodes],
@@ -194,6 +206,8 @@ class Graph:
         }
         if self.stage_held:
             data["stage_held"] = list(self.stage_held)
+        if self.opening_held:
+            data["opening_held"] = list(self.opening_held)
         if self.fetched:
             data["fetched"] = [
                 {key: value for key, value in dataclasses.asdict(each).items() if value or key not in _FETCHED_OPTIONAL}
@@ -219,11 +233,13 @@ class Graph:
         _known_keys("the graph", data, _GRAPH_KEYS)
         nodes = [_node_from_dict(index, entry) for index, entry in enumerate(data["nodes"])]
         stage_held = tuple(_whole_bytes(value) for value in data.get("stage_held", ()))
+        opening_held = tuple(_whole_bytes(value) for value in data.get("opening_held", ()))
         fetched = tuple(_fetched_from_dict(index, entry) for index, entry in enumerate(data.get("fetched", ())))
         return cls(
             tuple(nodes),
             fixed_memory=_whole_bytes(data.get("fixed_memory", 0)),
             stage_held=stage_held,
+            opening_held=opening_held,
             fetched=fetched,
             fetch_overlap=data.get("fetch_overlap", 0.0),
             prefetch=data.get("prefetch", False),
@@ -252,7 +268,16 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 # Memory is counted in 64-bit integers: every size of a graph together must stay below 2^62 bytes.
 MAX_TOTAL_BYTES = 2**62
-_GRAPH_KEYS = ("nodes", "fixed_memory", "stage_held", "fetched", "fetch_overlap", "prefetch", "host_link")
+_GRAPH_KEYS = (
+    "nodes",
+    "fixed_memory",
+    "stage_held",
+    "opening_held",
+    "fetched",
+    "fetch_overlap",
+    "prefetch",
+    "host_link",
+)
 _FETCHED_KEYS = tuple(field.name for field in dataclasses.fields(FetchedValue))
 _WORKSPACES = ("fetch_workspace", "in_flight_workspace")
 _FETCHED_BYTES = ("memory", *_WORKSPACES)
@@ -366,10 +391,10 @@ def _validate(graph: Graph) -> None:
 
     if not graph.nodes:
         raise InvalidGraph("the graph has no nodes: a training step needs at least one op")
-    if graph.stage_held and (
-        len(graph.stage_held) != len(graph.nodes) or not all(_is_byte_count(value) for value in graph.stage_held)
-    ):
-        raise InvalidGraph(f"stage_held must be empty or one byte count >= 0 per node ({len(graph.nodes)})")
+    for name in ("stage_held", "opening_held"):
+        held = getattr(graph, name)
+        if held and (len(held) != len(graph.nodes) or not all(_is_byte_count(value) for value in held)):
+            raise InvalidGraph(f"{name} must be empty or one byte count >= 0 per node ({len(graph.nodes)})")
     seen: set[str] = set()
     for index, node in enumerate(graph.nodes):
         label = f"node {index} ({node.name!r})"
@@ -398,7 +423,12 @@ def _validate(graph: Graph) -> None:
             if source < 0:
                 raise InvalidGraph(f"{label} reads node {source}: input indices must be >= 0")
     _validate_fetched(graph)
-    total = graph.fixed_memory + max(graph.stage_held, default=0) + sum(map(fetch_bytes, graph.fetched))
+    total = (
+        graph.fixed_memory
+        + max(graph.stage_held, default=0)
+        + max(graph.opening_held, default=0)
+        + sum(map(fetch_bytes, graph.fetched))
+    )
     total += sum(node.memory + node.workspace + (node.recompute_workspace or 0) + node.retained for node in graph.nodes)
     if total > MAX_TOTAL_BYTES:
         raise InvalidGraph(

@@ -51,7 +51,7 @@ class Schedule:
     Attributes:
         steps: the compute and free steps in order.
         cost: total compute cost, and the time of the fetches of the graph's fetched values.
-        peak_memory: the largest of `usage`.
+        peak_memory: the largest of `usage` and `openings`.
         usage: bytes in use just after each Compute step, in step order: the paper's U[t, k] plus the fixed memory,
             the computed node's workspace (recompute workspace in a later stage) and the fetched values present.
         presence: bool[T, F], the stages where each of the graph's fetched values is present (F = 0: none).
@@ -62,6 +62,8 @@ class Schedule:
         host_peak: the most bytes the moves hold in host memory.
         fetched_bytes: per stage, what `usage` counts for the graph's fetched values and their fetches
             (`checkmate.fetched.present_bytes`; empty without fetched values).
+        openings: per stage, `stage_start` plus what the graph holds outside the plan only then
+            (`Graph.opening_held`; empty without it).
     """
 
     steps: tuple[Step, ...]
@@ -73,13 +75,15 @@ class Schedule:
     moves: Moves = NO_MOVES
     host_peak: int = 0
     fetched_bytes: tuple[int, ...] = ()
+    openings: tuple[int, ...] = ()
 
     def stage_peaks(self) -> np.ndarray:
-        """int64[T]: the largest of `usage` within each stage (every stage computes at least its own node)."""
+        """int64[T]: the largest of `usage` within each stage (every stage computes at least its own node) and of
+        its opening (`openings`)."""
         stages = np.array([step.stage for step in self.steps if isinstance(step, Compute)], dtype=np.int64)
         peaks = np.zeros(int(stages.max(initial=-1)) + 1, dtype=np.int64)
         np.maximum.at(peaks, stages, np.asarray(self.usage, dtype=np.int64))
-        return peaks
+        return np.maximum(peaks, self.openings) if self.openings else peaks
 
 
 def check_plan(graph: Graph, R: np.ndarray, S: np.ndarray, moves: Moves = NO_MOVES) -> None:
@@ -181,16 +185,22 @@ def lower(
         live -= drops
         current -= int(memory @ drops)
     cost = plan_cost(graph, R) + fetch_time(graph, R, presence) + transfer_time(graph, R, S, moves)
+    openings = (  # before each stage's first computation
+        tuple(int(held) for held in np.array(stage_start, dtype=np.int64) + graph.held_at_opening)
+        if graph.opening_held
+        else ()
+    )
     return Schedule(
         tuple(steps),
         cost,
-        max(usage),
+        max(max(usage), max(openings, default=0)),
         tuple(usage),
         presence,
         tuple(stage_start),
         moves if moving else NO_MOVES,
         host_peak(memory, moves, T) if moving else 0,
         tuple(int(held) for held in fetched_bytes) if graph.fetched else (),
+        openings,
     )
 
 

@@ -22,12 +22,15 @@ from checkmate.moved import Moves
 
 
 def useful_entries(graph: Graph) -> list[tuple[int, int]]:
-    """S[t, i] with i < t <= last user of i: holding a value past its last use never helps."""
-    entries = []
-    for i, users in enumerate(graph.users):
-        if users:
-            entries.extend((t, i) for t in range(i + 1, users[-1] + 1))
-    return entries
+    """S[t, i] with i < t <= last user of i: holding a value past its last use never helps. On a graph whose stage
+    starts hold bytes outside the plan (`Graph.opening_held`) it can: holding an input into a stage to recompute a
+    user there may leave less held at the stage's start than holding the user's output, so there S is tried up to
+    the last stage that a recomputation of any descendant of i may read it."""
+    latest = [max(users, default=i) for i, users in enumerate(graph.users)]
+    if graph.opening_held:
+        for i in range(graph.size - 1, -1, -1):
+            latest[i] = max([latest[i], *(latest[j] for j in graph.users[i])])
+    return [(t, i) for i in range(graph.size) for t in range(i + 1, latest[i] + 1)]
 
 
 def fewest_computations(graph: Graph, S: np.ndarray) -> np.ndarray:

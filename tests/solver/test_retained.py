@@ -11,7 +11,14 @@ import dataclasses
 import numpy as np
 import pytest
 from exhaustive import cheapest_at, cost_peak_frontier, meets_constraints
-from oracles import paper_cost_and_peak, random_valid_s, with_retained, with_stage_held, with_workspace
+from oracles import (
+    paper_cost_and_peak,
+    random_valid_s,
+    with_opening_held,
+    with_retained,
+    with_stage_held,
+    with_workspace,
+)
 
 import checkmate
 from checkmate import Graph, cheapest_r
@@ -27,9 +34,10 @@ from checkmate.milp.scaling import memory_scale
 
 GRAPHS = [with_retained(with_workspace(random_training_graph(2, seed=seed), seed=seed), seed=seed) for seed in (3, 8)]
 GRAPHS.append(with_stage_held(GRAPHS[0], seed=3))  # and bytes held outside the plan per stage (a sharded step's)
+GRAPHS.append(with_opening_held(GRAPHS[-1], seed=3))  # and at some stages' starts (its reduce-scatters between them)
 
 
-@pytest.mark.parametrize("graph", GRAPHS, ids=["seed3", "seed8", "seed3-stage-held"])
+@pytest.mark.parametrize("graph", GRAPHS, ids=["seed3", "seed8", "seed3-stage-held", "seed3-opening-held"])
 def test_the_milp_alone_finds_the_exhaustive_optimum_and_its_answer_fits(graph: Graph) -> None:
     """Solved and decoded with nothing after it (`optimal` re-checks every plan and would hide a wrong row)."""
     assert graph.retained.any()

@@ -33,6 +33,7 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     S = S.astype(bool).tolist()
     later_users = [[[j for j in graph.users[i] if j > k] for i in graph.predecessors[k]] for k in range(T)]
     stage_held = list(graph.stage_held) or [0] * T
+    opening = list(graph.opening_held) or [0] * T
     first_run = [node.cost for node in graph.nodes]
     again = [node.cost if node.recompute_cost is None else node.recompute_cost for node in graph.nodes]
     cost = float(sum(float(first_run[i] if t == i else again[i]) for t in range(T) for i in range(T) if R[t][i]))
@@ -41,6 +42,8 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
     for t in range(T):
         held_next = S[t + 1] if t + 1 < T else [False] * T
         usage = sum(M[i] for i in range(T) if S[t][i])
+        retained_before = sum(graph.nodes[j].retained for j in range(t))
+        peak = max(peak, usage + retained_before + stage_held[t] + opening[t])
         for k in range(T):
             if not R[t][k]:
                 continue  # FREE[t, i, k] has the factor R[t, k]: nothing is freed after a node not computed
@@ -57,11 +60,18 @@ def paper_cost_and_peak(graph: Graph, R: np.ndarray, S: np.ndarray) -> tuple[flo
 def replay_peak(graph: Graph, steps: tuple) -> int:
     """Replay steps with a plain list of live copies: the peak right after each compute (with that node's
     workspace, or its recompute workspace when the step's stage is not the node's own, what every node computed
-    so far retains and what the step's stage holds outside the plan), plus fixed memory."""
+    so far retains and what the step's stage holds outside the plan), and before each stage's first compute (what
+    is live, retained and held outside the plan there, with `Graph.opening_held`), plus fixed memory."""
     live: list[int] = []
     ever_computed: set[int] = set()
     peak = 0
+    stage = -1
     for step in steps:
+        if type(step).__name__ == "Compute" and step.stage != stage:
+            stage = step.stage
+            retained = sum(graph.nodes[j].retained for j in ever_computed)
+            outside = retained + sum(graph.stage_held[stage : stage + 1]) + sum(graph.opening_held[stage : stage + 1])
+            peak = max(peak, sum(int(graph.memory[i]) for i in live) + outside)
         if type(step).__name__ == "Compute":
             missing = [i for i in graph.predecessors[step.node] if i not in live]
             assert not missing, f"step computes {step.node} while its inputs {missing} are not live"
@@ -135,6 +145,14 @@ def with_stage_held(graph: Graph, seed: int, largest: int = 4) -> Graph:
     return dataclasses.replace(
         graph, stage_held=tuple(int(value) for value in rng.integers(0, largest + 1, graph.size))
     )
+
+
+def with_opening_held(graph: Graph, seed: int, largest: int = 30) -> Graph:
+    """The same graph with random bytes in [0, largest] held outside the plan at the start of each stage
+    (`Graph.opening_held`: what a sharded step's reduce-scatters between stages hold)."""
+    rng = np.random.default_rng(seed + 4000)
+    opening = rng.integers(0, largest + 1, graph.size)
+    return dataclasses.replace(graph, opening_held=tuple(int(value) for value in opening))
 
 
 def moved_everywhere_but_reads(

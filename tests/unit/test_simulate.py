@@ -2,7 +2,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from oracles import paper_cost_and_peak, random_valid_s, replay_peak, with_retained, with_stage_held, with_workspace
+from oracles import (
+    paper_cost_and_peak,
+    random_valid_s,
+    replay_peak,
+    with_opening_held,
+    with_retained,
+    with_stage_held,
+    with_workspace,
+)
 
 from checkmate import Graph, InvalidSchedule, cheapest_r, check_plan, lower, simulate
 from checkmate.examples import linear_graph, random_training_graph
@@ -12,12 +20,14 @@ GRAPHS = [linear_graph(1), linear_graph(4), linear_graph(9)] + [random_training_
 GRAPHS += [with_workspace(graph, seed=index) for index, graph in enumerate(GRAPHS[2:])]
 GRAPHS += [with_retained(graph, seed=index) for index, graph in enumerate(GRAPHS[-3:])]
 GRAPHS += [with_stage_held(graph, seed=index) for index, graph in enumerate(GRAPHS[-2:])]
+GRAPHS += [with_opening_held(graph, seed=index, largest=150) for index, graph in enumerate(GRAPHS[-3:])]
 
 
 def _label(graph: Graph) -> str:
     flags = [
         name for name, present in (("workspace", graph.workspace.any()), ("retained", graph.retained.any()),
-                                   ("stage-held", bool(graph.stage_held))) if present
+                                   ("stage-held", bool(graph.stage_held)),
+                                   ("opening-held", bool(graph.opening_held))) if present
     ]  # fmt: skip
     return "-".join([f"T{graph.size}", *flags])
 

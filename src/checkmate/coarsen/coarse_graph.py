@@ -11,7 +11,9 @@ Block b becomes one node:
   workspace; the block's workspace is the largest such moment less its memory. The recompute workspace replays
   the members' recompute workspaces;
 * retained: the sum of its members' (all of it from the block's run, at or before each member's own run);
-* the graph's `stage_held`, when it has one: the largest of its members' stages.
+* the graph's `stage_held`, when it has one: the largest of its members' stages, each with what its start holds
+  (`opening_held`) but the first member's, which is the coarse stage's opening: a member's start is a moment of the
+  coarse stage;
 * the graph's fetched values, read by the blocks of their readers, last used in the block of their last use, their
   backward from the block of its first stage (a coarse plan's presence is carried to the full graph by
   `checkmate.coarsen.expand.expand_presence`).
@@ -61,9 +63,15 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
     exported[[node for node, users in enumerate(graph.users) if not users]] = True
     nodes = [_block_node(graph, partition, block, exported) for block in range(partition.num_blocks)]
     blocks = [partition.members(block) for block in range(partition.num_blocks)]
+    held = np.array(graph.stage_held or [0] * graph.size, dtype=np.int64)
+    opening = graph.held_at_opening
+    within = held + opening  # a later member's start is a moment of the coarse stage
     stage_held = (
-        tuple(max(graph.stage_held[members.start : members.stop]) for members in blocks) if graph.stage_held else ()
+        tuple(int(max(held[block.start], within[block.start + 1 : block.stop].max(initial=0))) for block in blocks)
+        if graph.stage_held or graph.opening_held
+        else ()
     )
+    opening_held = tuple(int(opening[block.start]) for block in blocks) if graph.opening_held else ()
     fetched = tuple(
         dataclasses.replace(
             value,
@@ -77,6 +85,7 @@ def coarsen(graph: Graph, partition: Partition) -> Coarsening:
         tuple(nodes),
         fixed_memory=graph.fixed_memory,
         stage_held=stage_held,
+        opening_held=opening_held,
         fetched=fetched,
         fetch_overlap=graph.fetch_overlap,
         prefetch=graph.prefetch,

@@ -301,6 +301,22 @@ def _workspace_rows(index: VariableIndex) -> RowBlock:
     )
 
 
+def _opening_rows(graph: Graph, index: VariableIndex) -> RowBlock:
+    """U[t, 0] - M_0 R[t, 0] <= budget - retained before t - O_t for each stage t whose start holds O_t > 0 outside
+    the plan (`Graph.opening_held`): the values held into stage t (eq. 2 without node 0's run) and what stage t
+    holds throughout, at the moment before its first computation (not part of the paper)."""
+    stage = np.flatnonzero(index.scale.opening > 0)
+    computes_first = stage[index.R_col[stage, 0] >= 0]
+    row = np.arange(stage.size)
+    return RowBlock(
+        rows=np.concatenate([row, row[index.R_col[stage, 0] >= 0]]),
+        cols=np.concatenate([index.U_col[stage, 0], index.R_col[computes_first, 0]]),
+        values=np.concatenate([np.ones(stage.size), -np.full(computes_first.size, float(index.scale.sizes[0]))]),
+        lower=np.full(stage.size, -np.inf),
+        upper=index.budget_units - index.scale.retained_before[stage] - index.scale.opening[stage],
+    )
+
+
 def _free_rows(graph: Graph, index: VariableIndex) -> RowBlock:
     """Eq. 5 linearised per factor: FREE <= R[t,k]; FREE + S[t+1,i] <= 1; FREE + R[t,j] <= 1 for later users j."""
     edges = graph.edges
@@ -487,6 +503,7 @@ def encode(
         _memory_rows(graph, index),
         _free_rows(graph, index),
         _workspace_rows(index),
+        _opening_rows(graph, index),
         _presence_rows(graph, index),
         _exposed_rows(graph, index),
         move_rows(

@@ -32,6 +32,8 @@ class MemoryScale:
         retained_before: int64[T], what nodes 0..t-1 retain (`Graph.retained`) in units, rounded up: held in stage t
             until node t first runs.
         retained_through: int64[T], the same for nodes 0..t: held from the moment node t first runs.
+        opening: int64[T], what the graph holds outside the plan only at the start of each stage
+            (`Graph.opening_held`), in units, rounded up.
         fetched_sizes: int64[F], each fetched value's bytes in units, rounded like the sizes (`Graph.fetched`).
         fetch_workspace: int64[F], the bytes each value's fetch holds beside it, in units, rounded like the sizes.
         in_flight_workspace: int64[F], the bytes each value's prefetch holds beside its buffer, in units, rounded
@@ -45,6 +47,7 @@ class MemoryScale:
     recompute_workspace: np.ndarray
     retained_before: np.ndarray
     retained_through: np.ndarray
+    opening: np.ndarray
     fetched_sizes: np.ndarray
     fetch_workspace: np.ndarray
     in_flight_workspace: np.ndarray
@@ -66,7 +69,16 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
     """Choose the unit for `graph`: exact (GCD) when it keeps sizes within `resolution`, else rounded up."""
     fetched, fetch_workspace, in_flight = fetched_amounts(graph.fetched)
     amounts = np.concatenate(
-        [graph.memory, graph.workspace, graph.recompute_workspace, graph.retained, fetched, fetch_workspace, in_flight]
+        [
+            graph.memory,
+            graph.workspace,
+            graph.recompute_workspace,
+            graph.retained,
+            graph.held_at_opening,
+            fetched,
+            fetch_workspace,
+            in_flight,
+        ]
     )
     positive = amounts[amounts > 0]
     divisor = math.gcd(*(int(size) for size in np.unique(positive))) if positive.size else 1
@@ -82,6 +94,7 @@ def memory_scale(graph: Graph, resolution: int = DEFAULT_RESOLUTION) -> MemorySc
         recompute_workspace=(-(-graph.recompute_workspace // unit)).astype(np.int64),
         retained_before=(-(-before // unit)).astype(np.int64),
         retained_through=(-(-through // unit)).astype(np.int64),
+        opening=(-(-graph.held_at_opening // unit)).astype(np.int64),
         fetched_sizes=(-(-fetched // unit)).astype(np.int64),
         fetch_workspace=(-(-fetch_workspace // unit)).astype(np.int64),
         in_flight_workspace=(-(-in_flight // unit)).astype(np.int64),
@@ -103,6 +116,7 @@ def relaxed_scale(scale: MemoryScale, graph: Graph) -> MemoryScale:
         recompute_workspace=graph.recompute_workspace // scale.unit,
         retained_before=before // scale.unit,
         retained_through=through // scale.unit,
+        opening=graph.held_at_opening // scale.unit,
         fetched_sizes=fetched // scale.unit,
         fetch_workspace=fetch_workspace // scale.unit,
         in_flight_workspace=in_flight // scale.unit,

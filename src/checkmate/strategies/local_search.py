@@ -85,7 +85,9 @@ class LocalSearch:
         self.sources, self.starts = np.unique(self.src, return_index=True)
         transient = np.broadcast_to(graph.recompute_workspace, (T, T)).copy()
         transient[np.diag_indices(T)] = graph.workspace + graph.retained  # a first run: its workspace, what it keeps
-        self.transient = transient + graph.held_before_stage[:, None]
+        # what a stage's start holds outside the plan (`Graph.opening_held`) counted at each of its moments: every
+        # moment of a stage holds at least what its start does, so this over-counts and never under-counts
+        self.transient = transient + (graph.held_before_stage + graph.held_at_opening)[:, None]
         self.stages = np.arange(T)[:, None]
         self.eye = np.eye(T, dtype=bool)
 
