@@ -65,7 +65,7 @@ class Graph:
         fixed_memory: bytes held for the whole step (parameters, inputs, and gradients unless the nodes that make
             them retain them); counted in every peak.
         stage_held: empty, or per stage t, bytes held outside the plan throughout stage t beside the fixed memory
-            and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.StageMemory`).
+            and what nodes retain: what a sharded step's units hold then (`checkmate.sharded.memory.SolverExtras`).
             Counted in every moment of the stage, through `retained_through`.
         opening_held: empty, or per stage t, bytes held outside the plan only at the start of stage t, before its
             first computation, beside all else held then (`held_before_stage` and the values the plan holds into

@@ -283,11 +283,15 @@ def _peaks_within_plan() -> None:
         step = checkmate.compile(model, loss_fn, batch, budget=budget, method=method, **OPTIONS, **options)
         planned = step.report().planned_peak
         context = f"rank {dist.get_rank()}, {tuple(batch[0].shape)} at {budget:.0%}"
+        # the solver sees what the units hold (`SolverExtras`): its count of the plan is at least the sharded replay's
+        assert step.plan.peak_memory >= planned, f"{context}: solver's {step.plan.peak_memory}, replay's {planned}"
         step(*batch)
         accumulating = _rank_peak(lambda: step(*batch), model, batch)  # noqa: B023 (called at once)
         assert accumulating <= planned, f"{context}: measured {accumulating}, planned {planned}"
         if batch is small:
-            nodes_only = dataclasses.replace(step.graph, fetched=(), fetch_overlap=0.0, prefetch=False, stage_held=())
+            nodes_only = dataclasses.replace(
+                step.graph, fetched=(), fetch_overlap=0.0, prefetch=False, stage_held=(), opening_held=()
+            )
             graph_only = checkmate.lower(nodes_only, step.plan.R, step.plan.S).peak_memory
             assert accumulating > graph_only, f"{context}: measured {accumulating}, the graph alone {graph_only}"
         model.zero_grad(set_to_none=True)

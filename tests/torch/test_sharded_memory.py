@@ -17,7 +17,15 @@ import pytest
 
 from checkmate.graph import Graph, Node
 from checkmate.sharded.captured_units import unit_fetches
-from checkmate.sharded.memory import UnitBytes, held_at_computes, sharded_peak, sharded_usage, stage_memory
+from checkmate.sharded.memory import (
+    SolverExtras,
+    UnitBytes,
+    held_at_computes,
+    sharded_peak,
+    sharded_usage,
+    solver_extras,
+    stage_memory,
+)
 from checkmate.sharded.timeline import FREE, GATHER, PREFETCH, REDUCE, UnitCall, UnitUse, place_unit_calls
 from checkmate.simulate import Compute, Free, Schedule, lower
 
@@ -77,35 +85,41 @@ def test_usage_matches_the_hand_count(collectives_copy: bool, prefetch: bool, ex
 
 
 def test_unit_calls_count_in_the_stage_of_the_compute_step_before_them() -> None:
-    """Per stage, the largest moment (`StageMemory.peaks`) and the most the units hold beside the graph (`extras`):
-    gather 1 belongs to stage 0, free 1 and the second gather 1 to stage 1, reduce 1 to stage 2, reduce 0 to stage
-    3. Stage 0's extras: gather 1 holds 10 + 40 + the kept reduce-scatter input 10 beside C0's 100; stage 2's:
-    reduce 1 holds 80 + 10 beside C2's 300."""
+    """Per stage, the largest moment (`StageMemory.peaks`) and, without a plan's presence, everything the units hold
+    (`SolverExtras`): gather 1 belongs to stage 0, free 1 and the second gather 1 to stage 1, reduce 1 to stage 2,
+    reduce 0 to stage 3. Gather 1 holds unit 0's 10 + 40 + the kept reduce-scatter input 10; reduce 1 holds 90 (390 -
+    C2's 300)."""
     sizes = _sizes(collectives_copy=False)
     stages = stage_memory(SCHEDULE, USE, sizes)
     assert stages.peaks == (160, 260, 390, 305)
-    assert stages.extras == (60, 60, 90, 55)
+    # what they hold at C0..C3 (the kept reduce-scatter input 10 and the gathered units) and, beyond it, at the calls
+    # right after each node's run: gather 1 60 after C0, free 1 and gather 1 60 after C1, reduce 1 90, reduce 0 55
+    assert solver_extras(SCHEDULE, USE, sizes) == SolverExtras((30, 40, 40, 30), (30, 20, 50, 25), (0, 0, 0, 0))
     assert stages.peak == sharded_peak(SCHEDULE, USE, sizes)
 
 
 @pytest.mark.parametrize("collectives_copy", [False, True])
-def test_counted_is_what_a_solver_given_the_extras_counts(collectives_copy: bool) -> None:
-    """`StageMemory.counted`: in each stage, the simulator's usage at its compute steps (what a solver sees) plus the
-    stage's extra, and never below the stage's peak; a fraction of the budget is of its largest."""
+def test_a_solver_given_the_extras_counts_at_least_each_stage_s_peak(collectives_copy: bool) -> None:
+    """`solver_extras`' `stage_held` beside each compute step's usage and `after_own_run` beside the usage of the
+    stage's own node's run (what the simulator counts given them) is at least every moment of the stage, with
+    FSDP2's placement (a plan's presence, whose gathers open stages, needs the usage at each stage's start:
+    `test_sharded.py` replays real ones)."""
     sizes = _sizes(collectives_copy)
-    for schedule, use in (
-        (SCHEDULE, USE),
-        (_planned([[True, False], [False, True], [False, True], [True, False]]), BLOCKS),
-    ):
-        stages = stage_memory(schedule, use, sizes)
+    for schedule, use in ((SCHEDULE, USE), (SCHEDULE, BLOCKS)):
+        extras = solver_extras(schedule, use, sizes)
         seen = [
             max(used for step, used in zip(schedule.steps, schedule.usage, strict=True) if step.stage == stage)
-            for stage in range(len(stages.peaks))
+            for stage in range(len(extras.stage_held))
         ]
-        assert stages.counted == tuple(
-            max(solver + extra, peak) for solver, extra, peak in zip(seen, stages.extras, stages.peaks, strict=True)
-        )
-        assert stages.counted_peak >= stages.peak
+        own = [used for step, used in zip(schedule.steps, schedule.usage, strict=True) if step.stage == step.node]
+        counted = [
+            max(seen_usage + held, own_usage + held + after)
+            for seen_usage, own_usage, held, after in zip(
+                seen, own, extras.stage_held, extras.after_own_run, strict=True
+            )
+        ]
+        peaks = stage_memory(schedule, use, sizes).peaks
+        assert all(c >= p for c, p in zip(counted, peaks, strict=True))
 
 
 # Two blocks, both freed after their forward by FSDP2: node 0 reads unit 0 and node 1 unit 1 (the forward), node 2
@@ -154,7 +168,7 @@ def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_uni
     prefetch: bool, collectives_copy: bool
 ) -> None:
     """The oracle: FSDP2's placement of units it never reshards after the forward. The extras are what the units
-    hold beside what the plan counts for them."""
+    hold that the plan does not count."""
     sizes = _sizes(collectives_copy)
     blocks = dataclasses.replace(BLOCKS, prefetch_gathers=prefetch)
     kept = dataclasses.replace(blocks, reshard_after_forward=(False, False))
@@ -164,11 +178,11 @@ def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_uni
     assert stages.peaks == expected.peaks
     # what the plan counts for the units: with prefetching, unit 1's buffer from stage 0; each gather's workspace in
     # its stage (its flat buffer and gloo's copies), and with prefetching unit 1's copies in flight in stage 0
+    # what no plan counts: the kept reduce-scatter input 10 to reduce 1; there unit 1's gradients 20, its reduce-scatter
+    # input and output 30, its parameters 20 and gloo's copies 30; then reduce 0: 10 + 20 + 15 + 10 + copies 15
     copies = (15, 30) if collectives_copy else (0, 0)
-    gathers = (10 + copies[0], 20 + copies[1])
-    on_device = (30 + copies[1] if prefetch else 10, 30, 30, 10)
-    counted = (on_device[0] + gathers[0], on_device[1] + gathers[1], 30, 10)
-    assert stages.extras == tuple(max(0, e - p) for e, p in zip(expected.extras, counted, strict=True))
+    expected_extras = SolverExtras((10, 10, 10, 20), (0, 0, 70 + copies[1], 35 + copies[0]), (0,) * 4)
+    assert solver_extras(schedule, blocks, sizes) == expected_extras
 
 
 def test_a_read_where_the_plan_has_no_unit_gathered_is_refused() -> None:
@@ -198,10 +212,9 @@ def test_a_prefetch_starts_in_the_stage_before_the_plan_makes_a_unit_present() -
     # + 10; C1: 200 + 40; GATHER 0 (no stage start here: on C1's usage): 200 + unit 1 20 + unit 0's buffer and outputs
     # 2 x 10 + 10; C2 300 + 40; REDUCE 1 as before; C3: 250 + unit 0 10 + unit 1's kept input 20
     assert sharded_usage(schedule, use, sizes) == (80, 90, 140, 140, 150, 140, 240, 250, 340, 390, 280, 305)
-    # extras: the most the units hold at a moment of each stage (50; GATHER 0 50; REDUCE 1 90; REDUCE 0 55) less what
-    # the plan counts (40, 50, 40, 10: on the device as above, and the gathers' flat buffers, unit 0's 10 in stages 0
-    # and 2, unit 1's 20 in stage 1)
-    assert stage_memory(schedule, use, sizes).extras == (10, 0, 50, 45)
+    # what no plan counts: the kept input 10 to REDUCE 1 (80: 20 + 10 + 30 + unit 1's 20, 70 beyond C2's 10), then
+    # unit 1's kept input 20, and REDUCE 0's 55 (35 beyond C3's 20)
+    assert solver_extras(schedule, use, sizes) == SolverExtras((10, 10, 10, 20), (0, 0, 70, 35), (0, 0, 0, 0))
 
 
 def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:

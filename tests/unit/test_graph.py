@@ -32,6 +32,15 @@ def test_json_round_trip_keeps_a_workspace_and_writes_it_only_when_nonzero() -> 
     ]
 
 
+def test_json_round_trip_keeps_what_stages_hold_outside_the_plan() -> None:
+    graph = Graph((Node("a", 1.0, 8), Node("b", 2.0, 4, inputs=(0,))), stage_held=(3, 5), opening_held=(0, 7))
+    again = Graph.from_json(graph.to_json())
+    assert again == graph and again.held_at_opening.tolist() == [0, 7]
+    assert "opening_held" not in json.loads(Graph(graph.nodes).to_json())
+    with pytest.raises(InvalidGraph, match="opening_held"):
+        Graph(graph.nodes, opening_held=(1,))
+
+
 def test_from_json_reads_the_documented_shape() -> None:
     text = '{"nodes": [{"name": "conv1", "cost": 1.5, "memory": 4096, "backward": false, "inputs": []},'
     text += ' {"name": "grad", "cost": 3, "memory": 8, "backward": true, "inputs": [0]}], "fixed_memory": 10}'

@@ -90,6 +90,9 @@ class Moment(NamedTuple):
     graph: int  # the graph's own usage (`Schedule.usage`), less what the plan counts for the units' gathers
     units: int  # what the units hold beside it
     compute: bool  # after a compute step (else during a unit call)
+    opening: bool  # a unit call counted on the usage at its stage's start (`_opening_stages`)
+    after_own_run: int  # for a unit call that only unit calls separate from a node's run in its own stage: that node
+    unplanned: int  # of `units`, what no plan counts: gradients, reduce-scatter buffers, a reducing unit's parameters
 
 
 def sharded_usage(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> tuple[int, ...]:
@@ -111,47 +114,79 @@ class StageMemory:
     first one).
 
     Attributes:
-        extras: per stage, the most the units hold beside the graph's own usage at any moment of it, less what the
-            plan counts for the gathers in that usage (`Schedule.fetched_bytes`; never below 0): the
-            `Graph.stage_held` that lets a solver see the units, estimated on the schedule.
         peaks: per stage, the most bytes in use at any moment of it (`sharded_usage`).
-        counted: per stage, what a solver given `extras` counts there for this schedule: the graph's largest usage
-            at a compute step of it plus its extra (at least its peak: one extra per stage can count a call's or a
-            compute step's bytes beside another compute step's usage).
     """
 
-    extras: tuple[int, ...]
     peaks: tuple[int, ...]
-    counted: tuple[int, ...]
 
     @property
     def peak(self) -> int:
         """The per-rank peak of the sharded step (`sharded_peak`)."""
         return max(self.peaks)
 
-    @property
-    def counted_peak(self) -> int:
-        """The largest of `counted`: the peak a solver counts for this schedule."""
-        return max(self.counted)
-
 
 def stage_memory(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> StageMemory:
-    """The extras and peaks of each stage, from one replay of the sharded step."""
-    stages = max((step.stage for step in schedule.steps), default=-1) + 1
-    extras, peaks, computed = [0] * stages, [0] * stages, [0] * stages
-    _, present = _planned_presence(schedule, sizes)
+    """The peak of each stage, from one replay of the sharded step."""
+    peaks = [0] * _stage_count(schedule)
+    for moment in _moments(schedule, use, sizes):
+        peaks[moment.stage] = max(peaks[moment.stage], moment.graph + moment.units)
+    return StageMemory(tuple(peaks))
+
+
+@dataclass(frozen=True)
+class SolverExtras:
+    """What the units hold that no plan counts, as a solver sees it (`Graph.stage_held`, `Graph.opening_held`).
+
+    A plan counts the units' gathered parameters and their gathers' buffers where its presence puts them (its fetched
+    values, `Schedule.fetched_bytes`); what it does not count is the unsharded gradients, the reduce-scatter buffers,
+    the gradient shards each REDUCE makes and, while a unit reduces, its own parameters (its presence ends at its last
+    use). These change only at each unit's REDUCE, after its last gradient, and at the nodes that make gradients in
+    their own stages, so they are the same for every plan whose REDUCEs are where the step without recomputation has
+    them; counted this way, a plan's per-rank peak is at most what the solver counts for it.
+
+    Attributes:
+        stage_held: per stage, the most they hold at a compute step or a unit call inside the stage, but the calls
+            right after the run of the stage's own node.
+        after_own_run: per node, what they hold beyond its stage's `stage_held` at the unit calls right after its
+            run in its own stage (a REDUCE after its unit's last gradient), counted on the usage of that run, its
+            workspace included: a solver counts it as more workspace of the node's first run.
+        opening_held: per stage, what they hold beyond `stage_held` at a unit call between the stage before and this
+            one's first compute step (a REDUCE where nothing is freed after it in the stage before), counted on the
+            usage at the stage's start.
+    """
+
+    stage_held: tuple[int, ...]
+    after_own_run: tuple[int, ...]
+    opening_held: tuple[int, ...]
+
+    def at_least(self, other: SolverExtras) -> SolverExtras:
+        """The larger of the two in each stage."""
+        return SolverExtras(
+            tuple(map(max, self.stage_held, other.stage_held)),
+            tuple(map(max, self.after_own_run, other.after_own_run)),
+            tuple(map(max, self.opening_held, other.opening_held)),
+        )
+
+
+def solver_extras(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> SolverExtras:
+    """The `SolverExtras` of `schedule`, from one replay of the sharded step."""
+    stages = _stage_count(schedule)
+    within, after_own_run, opening = [0] * stages, [0] * stages, [0] * stages
     moments = list(_moments(schedule, use, sizes))
     for moment in moments:
-        if moment.compute:
-            computed[moment.stage] = max(computed[moment.stage], moment.graph)
-    for stage, graph_part, units, compute in moments:
-        # A solver adds a stage's extra to each of its compute steps: at a unit call between them, what the call holds
-        # beside the graph need only reach the stage's largest graph usage at a compute step.
-        beside = units if compute else graph_part + units - computed[stage]
-        extras[stage] = max(extras[stage], beside - int(present[stage]))
-        peaks[stage] = max(peaks[stage], graph_part + units)
-    counted = [max(computed[stage] + int(present[stage]) + extras[stage], peaks[stage]) for stage in range(stages)]
-    return StageMemory(tuple(extras), tuple(peaks), tuple(counted))
+        if not moment.opening and moment.after_own_run < 0:
+            within[moment.stage] = max(within[moment.stage], moment.unplanned)
+    for moment in moments:
+        if moment.opening:
+            opening[moment.stage] = max(opening[moment.stage], moment.unplanned - within[moment.stage])
+        elif moment.after_own_run >= 0:
+            node = moment.after_own_run
+            after_own_run[node] = max(after_own_run[node], moment.unplanned - within[moment.stage])
+    return SolverExtras(tuple(within), tuple(after_own_run), tuple(opening))
+
+
+def _stage_count(schedule: Schedule) -> int:
+    return max((step.stage for step in schedule.steps), default=-1) + 1
 
 
 def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Moment]:
@@ -169,16 +204,26 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
     stage = next((step.stage for step in schedule.steps if isinstance(step, Compute)), 0)
     computes = iter(schedule.usage)
 
-    def held() -> int:
+    def gathers() -> int:
         live = [was or pending for was, pending in zip(gathered, in_flight, strict=True)]
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
-        return parameters + sum(unsharded) + reduce_buffer + made_shards + sum(pending_copies.values())
+        return parameters + sum(pending_copies.values())
+
+    def unplanned() -> int:  # without the plan's presence, its gathers too
+        gradients = sum(unsharded) + reduce_buffer + made_shards
+        return gradients if presence is not None else gradients + gathers()
+
+    def held() -> int:
+        return gathers() + sum(unsharded) + reduce_buffer + made_shards
 
     opening = _opening_stages(steps) if schedule.stage_start else [None] * len(steps)
+    own_run = -1  # the node whose run in its own stage only unit calls separate from the step
     for step, opens in zip(steps, opening, strict=True):
+        if not isinstance(step, UnitCall):
+            own_run = step.node if isinstance(step, Compute) and step.stage == step.node else -1
         if isinstance(step, Compute):
             before, stage = next(computes) - int(present[step.stage]), step.stage
-            yield Moment(stage, before, held(), True)  # its gradients are in its workspace now
+            yield Moment(stage, before, held(), True, False, -1, unplanned())  # its gradients are in its workspace now
             if step.stage == step.node:
                 for unit, size in sizes.made[step.node].items():
                     unsharded[unit] += size
@@ -187,10 +232,16 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
             copy = 0 if prefetched else _copies(step, sizes)  # a prefetched all-gather ran at its PREFETCH
             transient = sizes.parameters[step.unit] if prefetched else _transient(step, sizes)
             during = held() + transient + copy
+            outside = unplanned()
+            if presence is None:
+                outside += transient + copy
+            elif step.action == REDUCE:  # and the unit's parameters: the plan has them present to its last use only
+                outside += transient + copy + (sizes.parameters[step.unit] if gathered[step.unit] else 0)
             if opens is None:
-                yield Moment(stage, before, during, False)
+                yield Moment(stage, before, during, False, False, own_run, outside)
             else:  # between stages, after the frees of the stage before
-                yield Moment(opens, schedule.stage_start[opens] - int(present[opens]), during, False)
+                start = schedule.stage_start[opens] - int(present[opens])
+                yield Moment(opens, start, during, False, True, -1, outside)
             if step.action == PREFETCH:  # its copies are held until its GATHER waits for it
                 in_flight[step.unit], pending_copies[step.unit] = True, copy
             else:

@@ -12,9 +12,8 @@ capture's fixed memory (`checkmate.sharded.units.sharding_fixed_memory`).
 
 The budget is the per-rank peak of the sharded step (`checkmate.sharded.memory.sharded_peak`): the plan's graph plus
 the gathered parameters, the unsharded gradients and FSDP2's reduce-scatter buffers at the places the step holds
-them. A fraction is of that peak without recomputation as the solver counts it (`StageMemory.counted_peak`: per
-stage, the graph's largest usage at a compute step plus what the units hold beside it at any moment of the stage),
-so that `budget=1.0` always admits the step without recomputation.
+them. A fraction is of that peak without recomputation as the solver counts it (the peak of the step without
+recomputation on the graph the solver is given, below), so that `budget=1.0` always admits that step.
 
 Each unit's gathered parameters are a fetched value of the plan's graph (`checkmate.fetched`,
 `checkmate.sharded.captured_units.unit_fetches`): the plan decides in which stages each unit is gathered, so whether a
@@ -27,11 +26,15 @@ FLOPs at the device's measured matrix-product throughput), and, with prefetching
 gather holds beside the parameters (FSDP2's flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's
 workspace, counted in the stage of each gather the plan makes (`checkmate.sharded.memory.gather_workspaces`). The step
 then gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold
-(reduce-scatter buffers, unsharded gradients) the solver sees through the graph's `stage_held`: per stage, what they
-hold beside the graph's own usage and its count of the gathers in the step without recomputation
-(`checkmate.sharded.memory.StageMemory.extras`), an estimate: where a plan's stage holds more than it, each stage where
-the sharded peak is over the budget takes the larger of the two estimates, that one and the plan's, and the graph is
-solved again: at most `FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before it left).
+(unsharded gradients, reduce-scatter buffers, the gradient shards made, and a unit's parameters while it reduces) no
+plan counts, and it changes only at each unit's REDUCE and at the nodes that make gradients in their own stages: the
+solver sees it through the graph's `stage_held` (per stage, the most held at a moment inside it), the workspace of
+the node after whose run in its own stage a unit reduces (what the REDUCE holds beyond that) and `opening_held` (what
+a REDUCE between two stages holds beyond it, at the next stage's start), as the step without recomputation holds it
+(`checkmate.sharded.memory.SolverExtras`). That is exact for every plan whose REDUCEs stay where that step
+has them, which holds unless a recomputation reads a unit after its last gradient; the sharded peak of the plan found
+is checked, and where it is over the budget the graph is solved again with the plan's own extras counted too: at most
+`FIT_ROUNDS` solves, which share the method's `time_limit` (each what the ones before it left).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from checkmate.plan import schedule_of
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
 from checkmate.sharded.link import Link, measure_link
-from checkmate.sharded.memory import stage_memory
+from checkmate.sharded.memory import SolverExtras, solver_extras, stage_memory
 from checkmate.sharded.units import Unit, shard_bytes_held, sharding_fixed_memory
 from checkmate.solve import solve
 from checkmate.torch_capture.link_timing import in_cost_unit
@@ -182,9 +185,10 @@ def _plan_within_budget(
     )
     if not solves:
         return no_remat
-    reference = stage_memory(no_remat.schedule, units_of_capture.use, units_of_capture.sizes)
-    budget = resolve_budget(settings.budget, reference.counted_peak)
-    held = reference.extras
+    use, sizes = units_of_capture.use, units_of_capture.sizes
+    extras = solver_extras(no_remat.schedule, use, sizes)
+    counted = solve(_with_extras(no_remat.captured.graph, extras), None, method="checkpoint_all").peak_memory
+    budget = resolve_budget(settings.budget, counted)
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
     for round_number in range(1, FIT_ROUNDS + 1):
         options = settings.solve_options
@@ -193,10 +197,11 @@ def _plan_within_budget(
             if left <= 0:
                 break
             options = {**options, "time_limit": left}
-        graph = dataclasses.replace(no_remat.captured.graph, stage_held=held)
         round_settings = dataclasses.replace(settings, solve_options=options)
-        planned = plan_again(no_remat, budget, round_settings, graph, planning_started)
-        found = stage_memory(planned.schedule, units_of_capture.use, units_of_capture.sizes)
+        planned = plan_again(
+            no_remat, budget, round_settings, _with_extras(no_remat.captured.graph, extras), planning_started
+        )
+        found = stage_memory(planned.schedule, use, sizes)
         log.info(
             "sharded peak %s for a budget of %s (solve %d of at most %d)",
             format_bytes(found.peak),
@@ -206,25 +211,36 @@ def _plan_within_budget(
         )
         if found.peak <= budget:
             return planned
-        over = [stage for stage, stage_peak in enumerate(found.peaks) if stage_peak > budget]
         log.warning(
-            "the plan's sharded peak %s is over the budget %s: in %d stages (first %d) the units hold more than the "
-            "estimate the solver saw; solving again with the larger estimate there",
+            "the plan's sharded peak %s is over the budget %s: a unit's reduce is not where the step without "
+            "recomputation has it, so the units hold what the solver did not see; solving again with that counted",
             format_bytes(found.peak),
             format_bytes(budget),
-            len(over),
-            over[0],
         )
-        held = tuple(
-            max(estimate, seen) if stage_peak > budget else estimate
-            for estimate, seen, stage_peak in zip(held, found.extras, found.peaks, strict=True)
-        )
+        extras = extras.at_least(solver_extras(planned.schedule, use, sizes))
     raise InfeasibleBudget(
         f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit "
-        "(what the units hold beside their gathers is estimated per stage): raise the budget or the time limit",
+        "(a unit's reduce moved by recomputation each time): raise the budget or the time limit",
         budget=budget,
         minimum=None,
     )
+
+
+def _with_extras(graph: Graph, extras: SolverExtras) -> Graph:
+    """`graph` with what the units hold that no plan counts (`checkmate.sharded.memory.SolverExtras`): per stage,
+    at stage starts, and right after a node's first run as more of its workspace there."""
+    nodes = tuple(
+        dataclasses.replace(
+            node,
+            workspace=node.workspace + extra,
+            recompute_workspace=node.workspace if node.recompute_workspace is None else node.recompute_workspace,
+        )
+        if extra
+        else node
+        for node, extra in zip(graph.nodes, extras.after_own_run, strict=True)
+    )
+    opening_held = extras.opening_held if any(extras.opening_held) else ()
+    return dataclasses.replace(graph, nodes=nodes, stage_held=extras.stage_held, opening_held=opening_held)
 
 
 def _gradients_until_reduce(graph: Graph, made: Sequence[dict[int, int]]) -> Graph:

@@ -19,7 +19,8 @@ does around the forward and backward of each unit, at the places the schedule al
   Without it, as FSDP2's implicit prefetching starts the next unit's all-gather: right after the gather before it,
   or after the unit's own last free or reduce if that comes later.
 
-Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order. Every rank runs
+Gathers come before the step they serve, frees and reduces after theirs; at one place, in unit order, the frees
+before the reduces. Every rank runs
 the same schedule (rank 0's plan, `checkmate.sharded.agreement`), so every rank issues the same collectives in the
 same order. A REDUCE runs FSDP2's post-backward, which issues the reduce-scatter on FSDP2's reduce-scatter stream
 (CUDA: the steps after it overlap it; CPU: it is synchronous, as in eager FSDP2).
@@ -157,8 +158,14 @@ def place_unit_calls(
         placed += before.get(position, [])
         placed += starts.get(position, [])
         placed.append(step)
-        placed += after.get(position, [])
+        # frees first: at a reduce, no unit the next stage does not hold is still gathered (`checkmate.sharded.memory`)
+        following: list[UnitCall] = sorted(after.get(position, []), key=_free_first)
+        placed += following
     return _with_prefetches(placed) if use.prefetch_gathers and presence is None else tuple(placed)
+
+
+def _free_first(call: UnitCall) -> bool:
+    return call.action != FREE
 
 
 def _stage_starts(steps: Sequence[ScheduleItem]) -> dict[int, int]:

@@ -85,9 +85,9 @@ class LocalSearch:
         self.sources, self.starts = np.unique(self.src, return_index=True)
         transient = np.broadcast_to(graph.recompute_workspace, (T, T)).copy()
         transient[np.diag_indices(T)] = graph.workspace + graph.retained  # a first run: its workspace, what it keeps
-        # what a stage's start holds outside the plan (`Graph.opening_held`) counted at each of its moments: every
-        # moment of a stage holds at least what its start does, so this over-counts and never under-counts
-        self.transient = transient + (graph.held_before_stage + graph.held_at_opening)[:, None]
+        self.transient = transient + graph.held_before_stage[:, None]
+        # a stage's start with what it holds only then (`Graph.opening_held`), counted at its first computation
+        self.opening = graph.held_before_stage + graph.held_at_opening if graph.opening_held else None
         self.stages = np.arange(T)[:, None]
         self.eye = np.eye(T, dtype=bool)
 
@@ -167,7 +167,8 @@ class LocalSearch:
 
     def usage(self, R: np.ndarray, S: np.ndarray, rows: np.ndarray, present: np.ndarray) -> np.ndarray:
         """int64[len(rows), T]: bytes in use just after stage t computes node k, as `simulate` counts them (fixed
-        memory, workspace and the `present` bytes of fetched values in), for t in `rows`; -1 where R[t, k] = 0.
+        memory, workspace and the `present` bytes of fetched values in), for t in `rows`; -1 where R[t, k] = 0. The
+        first computation of a stage counts at least its start with the stage's opening (`Graph.opening_held`).
 
         Within stage t the live bytes are those held into it, plus what the stage has computed so far, minus the
         inputs freed after their last reader in the stage (when not held into stage t + 1).
@@ -186,6 +187,10 @@ class LocalSearch:
                 stage * T + last[stage, column], weights=memory[self.sources[column]], minlength=rows.size * T
             ).reshape(rows.size, T)
             usage -= (np.cumsum(freed, axis=1) - freed).astype(np.int64)
+        if self.opening is not None:  # the simulator's `Schedule.openings`, at or below every moment of the stage
+            start = S[rows].astype(np.int64) @ memory + self.opening[rows] + present[rows]
+            first = np.argmax(R_rows, axis=1)
+            usage[np.arange(rows.size), first] = np.maximum(usage[np.arange(rows.size), first], start)
         return np.where(R_rows, usage, -1)
 
     # moves

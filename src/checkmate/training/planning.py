@@ -212,8 +212,8 @@ def generate_step_function(compiled: Compiled, settings: Settings) -> None:
 def plan_again(compiled: Compiled, budget: int, settings: Settings, graph: Graph, started: float) -> Compiled:
     """The same capture planned again within `budget` bytes with the settings' method (from the disk cache when
     possible), solved on `graph`: the capture's graph with more held outside the plan (a sharded step's units,
-    `Graph.stage_held`). The schedule is lowered on the capture's own graph. `started` is when the caller's planning
-    began (`perf_counter`), which `planning_time_limit` counts from.
+    `checkmate.sharded.memory.SolverExtras`). The schedule is lowered on the capture's own graph. `started` is when
+    the caller's planning began (`perf_counter`), which `planning_time_limit` counts from.
 
     Raises:
         InfeasibleBudget: no plan of the method fits `budget`.
