@@ -228,6 +228,10 @@ def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
     sizes = _sizes(collectives_copy=False)
     assert sharded_usage(schedule, USE, sizes) == (80, 120, 150, 240, 240, 230, 340, 390, 280, 305)
     assert stage_memory(schedule, USE, sizes).peaks == (120, 240, 340, 390)
+    # a solver counts each opening on the stage's start: stage 3's, 300 + what C3 holds 30 + 60 = REDUCE 1's 390
+    extras = solver_extras(schedule, USE, sizes)
+    assert extras == SolverExtras((20, 40, 40, 30), (0, 0, 0, 25), (10, 20, 20, 60))
+    assert schedule.stage_start[3] + extras.stage_held[3] + extras.opening_held[3] == 390
 
 
 @pytest.mark.parametrize("prefetch", [False, True])
