@@ -19,9 +19,9 @@ starts at the start of stage t - 1 and fills a buffer of the value's bytes there
 first reader (a value present from stage s before a reader at r > s is fetched from stage s - 1), are the plan's
 decisions, paid in memory like any other. A fetch may hold more than the value while it runs (FSDP2's all-gather:
 its flat buffer beside the parameters it is copied into, and gloo's copies of both): `fetch_workspace` bytes
-through the stage that fetches (the fetch runs at its start; the whole stage is counted, an over-count of the
-moments after it), and on a graph that prefetches `in_flight_workspace` bytes beside the buffer through the stage
-before. Both follow the plan's fetches (`held_in_stages`), so wherever a plan moves a fetch, what it holds
+at the start of the stage that fetches, where the fetch runs (`fetching_in_stages`: a stage's opening, as
+`Graph.opening_held` counts it), and on a graph that prefetches `in_flight_workspace` bytes beside the buffer through
+the stage before (`held_in_stages`). Both follow the plan's fetches, so wherever a plan moves a fetch, what it holds
 is counted there.
 
 The time model is the link's (`checkmate.link_schedule`, the one every value held elsewhere is priced by; the
@@ -185,9 +185,16 @@ def on_device(presence: np.ndarray, prefetch: bool) -> np.ndarray:
 
 
 def present_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray, prefetch: bool) -> np.ndarray:
-    """int64[T]: the bytes the values and their fetches hold on the device in each stage (`on_device`, and each
-    fetch's workspaces: module doc)."""
-    return held_in_stages(presence, prefetch, *fetched_amounts(values))
+    """int64[T]: the bytes the values and their prefetches hold on the device at every moment of each stage
+    (`on_device`, and each prefetch's in-flight workspace: module doc)."""
+    memory, _, in_flight = fetched_amounts(values)
+    return held_in_stages(presence, prefetch, memory, in_flight)
+
+
+def fetching_bytes(values: tuple[FetchedValue, ...], presence: np.ndarray) -> np.ndarray:
+    """int64[T]: the bytes the fetches that make values present in each stage hold at its start, beside the values
+    (`fetch_workspace`: module doc)."""
+    return fetching_in_stages(presence, fetched_amounts(values)[1])
 
 
 def fetched_amounts(values: tuple[FetchedValue, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -199,17 +206,20 @@ def fetched_amounts(values: tuple[FetchedValue, ...]) -> tuple[np.ndarray, np.nd
     )
 
 
-def held_in_stages(
-    presence: np.ndarray, prefetch: bool, memory: np.ndarray, fetch_workspace: np.ndarray, in_flight: np.ndarray
-) -> np.ndarray:
-    """[T]: per stage, `memory` of each value on the device (`on_device`), `fetch_workspace` of each fetch in the
-    stage it makes its value present, and on a graph that prefetches `in_flight` of each fetch in the stage before
-    (in whatever amounts the arrays are: bytes, or a MILP's units)."""
-    fetching = rises(presence).astype(memory.dtype)
-    held = on_device(presence, prefetch).astype(memory.dtype) @ memory + fetching @ fetch_workspace
+def held_in_stages(presence: np.ndarray, prefetch: bool, memory: np.ndarray, in_flight: np.ndarray) -> np.ndarray:
+    """[T]: per stage, `memory` of each value on the device (`on_device`), and on a graph that prefetches `in_flight`
+    of each fetch in the stage before the one it makes its value present in (in whatever amounts the arrays are:
+    bytes, or a MILP's units)."""
+    held = on_device(presence, prefetch).astype(memory.dtype) @ memory
     if prefetch:
-        held[:-1] += fetching[1:] @ in_flight
+        held[:-1] += rises(presence)[1:].astype(memory.dtype) @ in_flight
     return held
+
+
+def fetching_in_stages(presence: np.ndarray, fetch_workspace: np.ndarray) -> np.ndarray:
+    """[T]: per stage, `fetch_workspace` of each fetch that makes its value present there, held at the stage's
+    start (in whatever amounts the array is)."""
+    return rises(presence).astype(fetch_workspace.dtype) @ fetch_workspace
 
 
 def check_presence(values: tuple[FetchedValue, ...], R: np.ndarray, presence: np.ndarray) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from checkmate.errors import InvalidSchedule
-from checkmate.fetched import check_presence, default_presence, exposed_fetch_times, present_bytes
+from checkmate.fetched import check_presence, default_presence, exposed_fetch_times, fetching_bytes, present_bytes
 from checkmate.graph import Graph
 from checkmate.moved import NO_MOVES, Moves, buffered_bytes, check_moves, exposed_transfer_times, host_peak
 
@@ -62,8 +62,9 @@ class Schedule:
         host_peak: the most bytes the moves hold in host memory.
         fetched_bytes: per stage, what `usage` counts for the graph's fetched values and their fetches
             (`checkmate.fetched.present_bytes`; empty without fetched values).
-        openings: per stage, `stage_start` plus what the graph holds outside the plan only then
-            (`Graph.opening_held`; empty without it).
+        openings: per stage, `stage_start` plus what is held only then: the graph's `opening_held` and the
+            workspaces of the fetches that make values present in the stage (`checkmate.fetched.fetching_bytes`;
+            empty without either).
     """
 
     steps: tuple[Step, ...]
@@ -185,9 +186,10 @@ def lower(
         live -= drops
         current -= int(memory @ drops)
     cost = plan_cost(graph, R) + fetch_time(graph, R, presence) + transfer_time(graph, R, S, moves)
+    fetching = fetching_bytes(graph.fetched, presence)  # the fetches' workspaces, at the start of their stages
     openings = (  # before each stage's first computation
-        tuple(int(held) for held in np.array(stage_start, dtype=np.int64) + graph.held_at_opening)
-        if graph.opening_held
+        tuple(int(held) for held in np.array(stage_start, dtype=np.int64) + graph.held_at_opening + fetching)
+        if graph.opening_held or fetching.any()
         else ()
     )
     return Schedule(

@@ -56,10 +56,10 @@ def _valid(graph: Graph, R: np.ndarray, presence: np.ndarray) -> bool:
 
 def _oracle(graph: Graph, budget: int) -> float | None:
     """The cheapest plan within `budget` by exhaustive search over S (the fewest computations each allows) and every
-    presence, priced by the paper's equations with the present bytes, each fetch's workspace in its stage (and on a
-    graph that prefetches, the bytes and in-flight workspace of each value fetched in the next stage) as the stage's
-    held memory and each fetch at its cost (with releases, the least wait of the link's slots as a linear program,
-    `oracles.least_waits`): nothing from the library's planning code."""
+    presence, priced by the paper's equations with the present bytes (on a graph that prefetches, and the bytes and
+    in-flight workspace of each value fetched in the next stage) as the stage's held memory, each fetch's workspace
+    at its stage's start, and each fetch at its cost (with releases, the least wait of the link's slots as a linear
+    program, `oracles.least_waits`): nothing from the library's planning code."""
     T, F = graph.size, len(graph.fetched)
     plain = dataclasses.replace(graph, fetched=())
     sizes = np.array([value.memory for value in graph.fetched])
@@ -79,8 +79,13 @@ def _oracle(graph: Graph, budget: int) -> float | None:
                 continue
             rises = presence & ~np.vstack([np.zeros((1, F), dtype=bool), presence[:-1]])
             ahead = np.vstack([rises[1:], np.zeros((1, F), dtype=bool)]) & graph.prefetch
-            stage_bytes = (presence | ahead).astype(int) @ sizes + rises.astype(int) @ fetching + ahead @ in_flight
-            held = dataclasses.replace(plain, stage_held=tuple(int(b) for b in stage_bytes))
+            stage_bytes = (presence | ahead).astype(int) @ sizes + ahead @ in_flight
+            opening_bytes = rises.astype(int) @ fetching
+            held = dataclasses.replace(
+                plain,
+                stage_held=tuple(int(b) for b in stage_bytes),
+                opening_held=tuple(int(b) for b in opening_bytes),
+            )
             cost, peak = paper_cost_and_peak(held, R, S)
             compute = [sum(node.cost if i == t else (node.recompute_cost or node.cost)
                            for i, node in enumerate(graph.nodes) if R[t, i]) for t in range(T)]  # fmt: skip
@@ -301,13 +306,14 @@ def test_the_graph_file_keeps_its_fetched_values() -> None:
 
 
 def test_a_fetch_workspace_is_counted_where_the_plan_fetches() -> None:
-    """The unit fetched again for the backward fits 9 bytes when fetches hold nothing beside it; a fetch that holds 2
-    bytes more (FSDP2's flat all-gather buffer) puts them in the backward stage that fetches it again, above the
-    budget, so there the plan holds the unit from forward to backward and recomputes to make room instead."""
+    """The unit fetched again for the backward fits 9 bytes when fetches hold nothing beside it; a fetch that holds 3
+    bytes more (FSDP2's flat all-gather buffer) puts them at the start of the backward stage that fetches it again,
+    above the budget (2 bytes more would still fit there), so the plan holds the unit from forward to backward and
+    recomputes to make room instead."""
     light = _chain_with_unit(4, memory=4, cost=0.5)
     again = solve(light, 9, method="optimal", time_limit=30)
     assert fetches(again.presence).tolist() == [2] and not again.recomputes
-    heavy = _chain_with_unit(4, memory=4, cost=0.5, fetch_workspace=2)
+    heavy = _chain_with_unit(4, memory=4, cost=0.5, fetch_workspace=3)
     priced = make_plan(heavy, again.R, again.S, method="test", presence=again.presence)
     assert priced.peak_memory > 9, "the workspace counts at the second fetch"
     plan = solve(heavy, 9, method="optimal", time_limit=30)

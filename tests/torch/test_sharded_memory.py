@@ -179,9 +179,10 @@ def test_a_presence_holding_every_unit_places_the_calls_as_fsdp2_places_kept_uni
     # what the plan counts for the units: with prefetching, unit 1's buffer from stage 0; each gather's workspace in
     # its stage (its flat buffer and gloo's copies), and with prefetching unit 1's copies in flight in stage 0
     # what no plan counts: the kept reduce-scatter input 10 to reduce 1; there unit 1's gradients 20, its reduce-scatter
-    # input and output 30, its parameters 20 and gloo's copies 30; then reduce 0: 10 + 20 + 15 + 10 + copies 15
+    # input and output 30 and gloo's copies 30 (its parameters are present in stage 2, where it reduces); then
+    # reduce 0: 10 + 20 + 15 + copies 15
     copies = (15, 30) if collectives_copy else (0, 0)
-    expected_extras = SolverExtras((10, 10, 10, 20), (0, 0, 70 + copies[1], 35 + copies[0]), (0,) * 4)
+    expected_extras = SolverExtras((10, 10, 10, 20), (0, 0, 50 + copies[1], 25 + copies[0]), (0,) * 4)
     assert solver_extras(schedule, blocks, sizes) == expected_extras
 
 
@@ -212,9 +213,9 @@ def test_a_prefetch_starts_in_the_stage_before_the_plan_makes_a_unit_present() -
     # + 10; C1: 200 + 40; GATHER 0 (no stage start here: on C1's usage): 200 + unit 1 20 + unit 0's buffer and outputs
     # 2 x 10 + 10; C2 300 + 40; REDUCE 1 as before; C3: 250 + unit 0 10 + unit 1's kept input 20
     assert sharded_usage(schedule, use, sizes) == (80, 90, 140, 140, 150, 140, 240, 250, 340, 390, 280, 305)
-    # what no plan counts: the kept input 10 to REDUCE 1 (80: 20 + 10 + 30 + unit 1's 20, 70 beyond C2's 10), then
-    # unit 1's kept input 20, and REDUCE 0's 55 (35 beyond C3's 20)
-    assert solver_extras(schedule, use, sizes) == SolverExtras((10, 10, 10, 20), (0, 0, 70, 35), (0, 0, 0, 0))
+    # what no plan counts: the kept input 10 to REDUCE 1 (60: 20 + 10 + 30, 50 beyond C2's 10; unit 1's parameters
+    # are present in stage 2), then unit 1's kept input 20, and REDUCE 0's 45 (25 beyond C3's 20)
+    assert solver_extras(schedule, use, sizes) == SolverExtras((10, 10, 10, 20), (0, 0, 50, 25), (0, 0, 0, 0))
 
 
 def test_a_call_that_opens_a_stage_counts_on_the_usage_at_its_start() -> None:
@@ -267,9 +268,10 @@ GRAPH = Graph(
 @pytest.mark.parametrize("collectives_copy", [False, True])
 def test_each_units_fetch_holds_its_gathers_buffers(collectives_copy: bool) -> None:
     """The plan's fetched value of each unit counts what its gather holds beside the parameters where the plan
-    gathers it: the flat all-gather buffer (10, 20) and on gloo the copies of it and of the shard (15, 30) through
-    the stage of the GATHER; prefetched, the copies through the stage before, beside the buffer. The plan of the
-    four-node step that gathers unit 0 again for its backward counts them in stages 0 and 3 (unit 0) and 1 (unit 1)."""
+    gathers it: the flat all-gather buffer (10, 20) and on gloo the copies of it and of the shard (15, 30) at the
+    start of the stage of the GATHER, where it runs; prefetched, the copies through the stage before, beside the
+    buffer. The plan of the four-node step that gathers unit 0 again for its backward counts them at the starts of
+    stages 0 and 3 (unit 0) and 1 (unit 1), and the parameters through each stage that has its unit present."""
     sizes = _sizes(collectives_copy)
     fetched = unit_fetches(BLOCKS, sizes, GRAPH.size, (1.0, 1.0), (0.5, 0.25), released_before_backward=False)
     copies = (15, 30) if collectives_copy else (0, 0)
@@ -279,5 +281,6 @@ def test_each_units_fetch_holds_its_gathers_buffers(collectives_copy: bool) -> N
     graph = dataclasses.replace(GRAPH, fetched=fetched)
     schedule = lower(graph, np.eye(4, dtype=bool), np.tril(np.ones((4, 4), dtype=bool), -1))
     assert schedule.presence.astype(int).tolist() == [[1, 0], [0, 1], [0, 1], [1, 0]]
-    gathers = (10 + 10 + copies[0], 20 + 20 + copies[1], 20, 10 + 10 + copies[0])
-    assert schedule.fetched_bytes == gathers
+    assert schedule.fetched_bytes == (10, 20, 20, 10)
+    gathers = np.array([10 + copies[0], 20 + copies[1], 0, 10 + copies[0]])
+    assert schedule.openings == tuple(int(start) for start in np.array(schedule.stage_start) + gathers)

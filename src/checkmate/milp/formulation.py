@@ -19,9 +19,10 @@ Variables (only those that can be nonzero are created):
         G[t, v] <= G[t+1, v] from v's backward_start to its last use, G = 1 there and 0 after (so no reader runs
         after it: a restriction of `checkmate.fetched`'s rules); kept values G = 1 from their first reader to the
         last use; a value released before the backward G = 0 at its backward_start. v's bytes join U[t, 0] (eq. 2)
-        and so every U[t, k] of the stage, with its fetch's workspace times A[t, v]; on a graph that prefetches, its
-        bytes and its in-flight workspace join U[t - 1, 0] with A[t, v] (the fetch's buffer). A is exact in these
-        rows where it is at its least, G[t, v] - G[t-1, v], and above it only over-counts. Each fetch costs
+        and so every U[t, k] of the stage; its fetch's workspace times A[t, v] joins the stage's opening row (the
+        fetch runs at the stage's start); on a graph that prefetches, its bytes and its in-flight workspace join
+        U[t - 1, 0] with A[t, v] (the fetch's buffer). A is exact in these rows where it is at its least,
+        G[t, v] - G[t-1, v], and above it only over-counts. Each fetch costs
         c_v A[t, v] in (1a), and each value's release (`release_cost` r_v, once at its last use) r_v on the fixed
         R[last_use, last_use]. With a graph's fetch_overlap > 0, the link's slots k = 0 .. T + 1 instead
         (`checkmate.fetched`'s time model, `checkmate.link_schedule`): L[k, v] >= 0, the part of v's release run in
@@ -192,12 +193,11 @@ def _persistence_rows(R_col: np.ndarray, S_col: np.ndarray, moves: MoveColumns) 
 
 
 def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
-    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v (M_v G[t,v] + W_v A[t,v]) (+ sum_v (M_v + F_v) A[t+1,v]
-    on a graph that prefetches, with W and F the fetches' workspaces, `checkmate.fetched`; + sum_i M_i (P[t,i] +
-    B[t,i]) with moves, `checkmate.milp.moves`); (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
+    """(2) U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0] + sum_v M_v G[t,v] (+ sum_v (M_v + F_v) A[t+1,v] on a graph that
+    prefetches, with F the prefetch's in-flight workspace, `checkmate.fetched`; + sum_i M_i (P[t,i] + B[t,i]) with
+    moves, `checkmate.milp.moves`); (3)-(4) U[t,k] = U[t,k-1] - sum_i M_i FREE[t,i,k-1] + M_k R[t,k]."""
     sizes = index.scale.sizes.astype(np.float64)
     present_stage, present_value = np.nonzero(index.G_col >= 0)
-    fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
     if graph.prefetch:  # a fetch of stage t + 1 fills its buffer in stage t
         ahead_stage, ahead_value = np.nonzero(index.A_col[1:] >= 0)
     else:
@@ -221,7 +221,6 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 U_row[held_stage, 0],
                 U_row[index.free_stage, free_target + 1],
                 U_row[present_stage, 0],
-                U_row[fetch_stage, 0],
                 U_row[ahead_stage, 0],
             ]
         ),
@@ -234,7 +233,6 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 index.S_col[held_stage, held_node],
                 index.free_col,
                 index.G_col[present_stage, present_value],
-                index.A_col[fetch_stage, fetch_value],
                 index.A_col[ahead_stage + 1, ahead_value],
             ]
         ),
@@ -247,7 +245,6 @@ def _memory_rows(graph: Graph, index: VariableIndex) -> RowBlock:
                 -sizes[held_node],
                 sizes[free_source],
                 -scale.fetched_sizes[present_value].astype(np.float64),
-                -scale.fetch_workspace[fetch_value].astype(np.float64),
                 -(scale.fetched_sizes + scale.in_flight_workspace)[ahead_value].astype(np.float64),
             ]
         ),
@@ -302,16 +299,29 @@ def _workspace_rows(index: VariableIndex) -> RowBlock:
 
 
 def _opening_rows(graph: Graph, index: VariableIndex) -> RowBlock:
-    """U[t, 0] - M_0 R[t, 0] <= budget - retained before t - O_t for each stage t whose start holds O_t > 0 outside
-    the plan (`Graph.opening_held`): the values held into stage t (eq. 2 without node 0's run) and what stage t
-    holds throughout, at the moment before its first computation (not part of the paper)."""
-    stage = np.flatnonzero(index.scale.opening > 0)
+    """U[t, 0] - M_0 R[t, 0] + sum_v W_v A[t, v] <= budget - retained before t - O_t for each stage t whose start
+    holds more than its values: O_t > 0 outside the plan (`Graph.opening_held`) or a fetch's workspace W_v
+    (`checkmate.fetched`): the values held into stage t (eq. 2 without node 0's run) and what stage t holds
+    throughout, at the moment before its first computation (not part of the paper)."""
+    fetch_stage, fetch_value = np.nonzero(index.A_col >= 0)
+    fetches = index.scale.fetch_workspace[fetch_value] > 0
+    fetch_stage, fetch_value = fetch_stage[fetches], fetch_value[fetches]
+    stage = np.union1d(np.flatnonzero(index.scale.opening > 0), fetch_stage)
+    row_of = np.full(index.T, -1, dtype=np.int64)
+    row_of[stage] = np.arange(stage.size)
     computes_first = stage[index.R_col[stage, 0] >= 0]
-    row = np.arange(stage.size)
     return RowBlock(
-        rows=np.concatenate([row, row[index.R_col[stage, 0] >= 0]]),
-        cols=np.concatenate([index.U_col[stage, 0], index.R_col[computes_first, 0]]),
-        values=np.concatenate([np.ones(stage.size), -np.full(computes_first.size, float(index.scale.sizes[0]))]),
+        rows=np.concatenate([row_of[stage], row_of[computes_first], row_of[fetch_stage]]),
+        cols=np.concatenate(
+            [index.U_col[stage, 0], index.R_col[computes_first, 0], index.A_col[fetch_stage, fetch_value]]
+        ),
+        values=np.concatenate(
+            [
+                np.ones(stage.size),
+                -np.full(computes_first.size, float(index.scale.sizes[0])),
+                index.scale.fetch_workspace[fetch_value].astype(np.float64),
+            ]
+        ),
         lower=np.full(stage.size, -np.inf),
         upper=index.budget_units - index.scale.retained_before[stage] - index.scale.opening[stage],
     )
@@ -633,11 +643,7 @@ def encode_solution(
     freed_before = np.cumsum(freed, axis=1) - freed
     scale = index.scale
     present = held_in_stages(
-        presence,
-        graph.prefetch,
-        scale.fetched_sizes.astype(np.float64),
-        scale.fetch_workspace.astype(np.float64),
-        scale.in_flight_workspace.astype(np.float64),
+        presence, graph.prefetch, scale.fetched_sizes.astype(np.float64), scale.in_flight_workspace.astype(np.float64)
     )
     present += (moves.copied_in(index.T) | moves.buffers(index.T)).astype(np.float64) @ sizes  # copies back, buffers
     U = (S @ sizes + present)[:, None] + np.cumsum(R * sizes[None, :], axis=1) - freed_before

@@ -27,10 +27,10 @@ the over-counts below (the step's per-rank peak steady from call to call, at or 
 When the plan decides where each unit's parameters are present (its graph's fetched values, `checkmate.fetched`),
 the units' calls follow that presence (`checkmate.sharded.timeline.place_unit_calls`), and the moments here take
 the present parameters out of the simulator's usage, to count them at the calls instead. The plan counts each
-gather's buffers too, as its fetch's workspaces (`gather_workspaces`): through the stage of a GATHER, the flat buffer
-and gloo's copies beside the gathered parameters; through the stage of a PREFETCH, gloo's copies beside the flat
-buffer. Those are taken out of the simulator's usage as well (`Schedule.fetched_bytes`), so the plan's usage and
-these moments count every gather where the plan puts it.
+gather's buffers too, as its fetch's workspaces (`gather_workspaces`): at the start of the stage of a GATHER, where
+it runs, the flat buffer and gloo's copies beside the gathered parameters (`Schedule.openings`); through the stage of
+a PREFETCH, gloo's copies beside the flat buffer. The prefetches' are taken out of the simulator's usage as well
+(`Schedule.fetched_bytes`), so the plan's usage and these moments count every gather where the plan puts it.
 
 `sharded_usage` adds these to the simulator's usage after each compute step (`Schedule.usage`, which includes the
 fixed memory; the gradients a node makes count in its workspace at its own moment, from the first op to make one to
@@ -139,10 +139,11 @@ class SolverExtras:
 
     A plan counts the units' gathered parameters and their gathers' buffers where its presence puts them (its fetched
     values, `Schedule.fetched_bytes`); what it does not count is the unsharded gradients, the reduce-scatter buffers,
-    the gradient shards each REDUCE makes and, while a unit reduces, its own parameters (its presence ends at its last
-    use). These change only at each unit's REDUCE, after its last gradient, and at the nodes that make gradients in
-    their own stages, so they are the same for every plan whose REDUCEs are where the step without recomputation has
-    them; counted this way, a plan's per-rank peak is at most what the solver counts for it.
+    the gradient shards each REDUCE makes and, while a unit reduces between two stages, its own parameters (its
+    presence ends at its last use). These change only at each unit's REDUCE, after its last gradient, and at the
+    nodes that make gradients in their own stages, so they are the same for every plan whose REDUCEs are where the
+    step without recomputation has them; counted this way, what the solver counts at each moment is what the sharded
+    step holds there.
 
     Attributes:
         stage_held: per stage, the most they hold at a compute step or a unit call inside the stage, but the calls
@@ -235,8 +236,11 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
             outside = unplanned()
             if presence is None:
                 outside += transient + copy
-            elif step.action == REDUCE:  # and the unit's parameters: the plan has them present to its last use only
-                outside += transient + copy + (sizes.parameters[step.unit] if gathered[step.unit] else 0)
+            elif step.action == REDUCE:  # and the unit's parameters where the plan no longer has them present
+                counted = bool(presence[stage if opens is None else opens, step.unit])
+                outside += (
+                    transient + copy + (sizes.parameters[step.unit] if gathered[step.unit] and not counted else 0)
+                )
             if opens is None:
                 yield Moment(stage, before, during, False, False, own_run, outside)
             else:  # between stages, after the frees of the stage before
@@ -295,10 +299,10 @@ def _planned_presence(schedule: Schedule, sizes: UnitBytes) -> tuple[np.ndarray 
 
 
 def gather_workspaces(sizes: UnitBytes) -> tuple[np.ndarray, np.ndarray]:
-    """int64[units] each: what a unit's gather holds beside its gathered parameters through the stage of its GATHER
-    (the flat all-gather buffer, copied out into the parameters there, and gloo's copies) and, prefetched, beside the
-    flat buffer through the stage of its PREFETCH (gloo's copies): the fetch workspaces of the plan's fetched
-    values (`checkmate.fetched`)."""
+    """int64[units] each: what a unit's gather holds beside its gathered parameters at the start of the stage of its
+    GATHER (the flat all-gather buffer, copied out into the parameters there, and gloo's copies) and, prefetched,
+    beside the flat buffer through the stage of its PREFETCH (gloo's copies): the fetch workspaces of the plan's
+    fetched values (`checkmate.fetched`)."""
     copies = np.array([_copies(UnitCall(GATHER, unit), sizes) for unit in range(len(sizes.parameters))], dtype=np.int64)
     return np.array(sizes.parameters, dtype=np.int64) + copies, copies
 

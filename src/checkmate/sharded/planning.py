@@ -24,7 +24,8 @@ after its last gradient at its reduce's (FSDP2's post-backward, `checkmate.shard
 FLOPs at the device's measured matrix-product throughput), and, with prefetching and `ShardedOptions(overlap_gathers)`
 (the default), the fraction of a gather that runs beside compute measured as well (the graph's `fetch_overlap`). What a
 gather holds beside the parameters (FSDP2's flat all-gather buffer, gloo's copies of it and of the shard) is its fetch's
-workspace, counted in the stage of each gather the plan makes (`checkmate.sharded.memory.gather_workspaces`). The step
+workspace, counted at the start of the stage of each gather the plan makes, where it runs
+(`checkmate.sharded.memory.gather_workspaces`). The step
 then gathers and frees each unit where the plan says (`checkmate.sharded.timeline`). What else the units hold
 (unsharded gradients, reduce-scatter buffers, the gradient shards made, and a unit's parameters while it reduces) no
 plan counts, and it changes only at each unit's REDUCE and at the nodes that make gradients in their own stages: the

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from checkmate.fetched import default_presence, present_bytes
+from checkmate.fetched import default_presence, fetching_bytes, present_bytes
 from checkmate.graph import Graph
 from checkmate.plan import Plan, cheapest_r, cheapest_r_rows, make_plan
 from checkmate.progress import SearchControl
@@ -42,8 +42,8 @@ class SearchState:
     """A plan (R the cheapest for S, unused checkpoints dropped) with its cost, usage and excess over the budget.
 
     `read[t, i]` is whether stage t computes a node that reads i; `usage` is `LocalSearch.usage` of (R, S);
-    `present` the bytes of the graph's fetched values present in each stage (FSDP2's rule for R,
-    `checkmate.fetched.default_presence`).
+    `present` [2, T]: per stage, the bytes of the graph's fetched values present (FSDP2's rule for R,
+    `checkmate.fetched.default_presence`) and those their fetches hold at its start.
     """
 
     __slots__ = ("R", "S", "cost", "excess", "key", "peak", "present", "read", "usage")
@@ -87,7 +87,7 @@ class LocalSearch:
         transient[np.diag_indices(T)] = graph.workspace + graph.retained  # a first run: its workspace, what it keeps
         self.transient = transient + graph.held_before_stage[:, None]
         # a stage's start with what it holds only then (`Graph.opening_held`), counted at its first computation
-        self.opening = graph.held_before_stage + graph.held_at_opening if graph.opening_held else None
+        self.opening = graph.held_before_stage + graph.held_at_opening
         self.stages = np.arange(T)[:, None]
         self.eye = np.eye(T, dtype=bool)
 
@@ -147,8 +147,13 @@ class LocalSearch:
             read[rows] = self._read(R, rows)
             touched[rows] = True
         presence = default_presence(self.graph.fetched, R)
-        present = present_bytes(self.graph.fetched, presence, self.graph.prefetch)
-        touched |= True if present_before is None else present != present_before
+        present = np.stack(
+            [
+                present_bytes(self.graph.fetched, presence, self.graph.prefetch),
+                fetching_bytes(self.graph.fetched, presence),
+            ]
+        )
+        touched |= True if present_before is None else (present != present_before).any(axis=0)
         rows = np.flatnonzero(touched)
         usage[rows] = self.usage(R, S, rows, present)
         cost = plan_cost(self.graph, R) + fetch_time(self.graph, R, presence)
@@ -167,8 +172,9 @@ class LocalSearch:
 
     def usage(self, R: np.ndarray, S: np.ndarray, rows: np.ndarray, present: np.ndarray) -> np.ndarray:
         """int64[len(rows), T]: bytes in use just after stage t computes node k, as `simulate` counts them (fixed
-        memory, workspace and the `present` bytes of fetched values in), for t in `rows`; -1 where R[t, k] = 0. The
-        first computation of a stage counts at least its start with the stage's opening (`Graph.opening_held`).
+        memory, workspace and the `present[0]` bytes of fetched values in), for t in `rows`; -1 where R[t, k] = 0. The
+        first computation of a stage counts at least its start with what is held only then (`Graph.opening_held`,
+        and `present[1]`, its fetches' workspaces).
 
         Within stage t the live bytes are those held into it, plus what the stage has computed so far, minus the
         inputs freed after their last reader in the stage (when not held into stage t + 1).
@@ -176,7 +182,7 @@ class LocalSearch:
         T, memory = self.T, self.memory
         R_rows = R[rows]
         usage = (S[rows].astype(np.int64) @ memory)[:, None] + np.cumsum(np.where(R_rows, memory, 0), axis=1)
-        usage += self.transient[rows] + present[rows][:, None]
+        usage += self.transient[rows] + present[0, rows][:, None]
         if self.src.size:
             last = np.maximum.reduceat(np.where(R_rows[:, self.dst], self.dst, -1), self.starts, axis=1)
             held_next = np.zeros((rows.size, self.sources.size), dtype=bool)
@@ -187,8 +193,8 @@ class LocalSearch:
                 stage * T + last[stage, column], weights=memory[self.sources[column]], minlength=rows.size * T
             ).reshape(rows.size, T)
             usage -= (np.cumsum(freed, axis=1) - freed).astype(np.int64)
-        if self.opening is not None:  # the simulator's `Schedule.openings`, at or below every moment of the stage
-            start = S[rows].astype(np.int64) @ memory + self.opening[rows] + present[rows]
+        if self.graph.opening_held or present[1].any():  # the simulator's `Schedule.openings`
+            start = S[rows].astype(np.int64) @ memory + self.opening[rows] + present[0, rows] + present[1, rows]
             first = np.argmax(R_rows, axis=1)
             usage[np.arange(rows.size), first] = np.maximum(usage[np.arange(rows.size), first], start)
         return np.where(R_rows, usage, -1)
