@@ -210,12 +210,14 @@ def _moments(schedule: Schedule, use: UnitUse, sizes: UnitBytes) -> Iterator[Mom
         parameters = sum(size for size, alive in zip(sizes.parameters, live, strict=True) if alive)
         return parameters + sum(pending_copies.values())
 
-    def unplanned() -> int:  # without the plan's presence, its gathers too
-        gradients = sum(unsharded) + reduce_buffer + made_shards
-        return gradients if presence is not None else gradients + gathers()
+    def gradients() -> int:
+        return sum(unsharded) + reduce_buffer + made_shards
 
     def held() -> int:
-        return gathers() + sum(unsharded) + reduce_buffer + made_shards
+        return gathers() + gradients()
+
+    def unplanned() -> int:  # without the plan's presence, its gathers too
+        return gradients() if presence is not None else held()
 
     opening = _opening_stages(steps) if schedule.stage_start else [None] * len(steps)
     own_run = -1  # the node whose run in its own stage only unit calls separate from the step

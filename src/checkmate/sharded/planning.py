@@ -54,7 +54,7 @@ import checkmate.sharded.fsdp2 as fsdp2
 from checkmate import disk_cache
 from checkmate.byte_sizes import format_bytes, resolve_budget
 from checkmate.errors import InfeasibleBudget
-from checkmate.graph import Graph
+from checkmate.graph import Graph, Node
 from checkmate.plan import schedule_of
 from checkmate.sharded.agreement import agree_on_plan
 from checkmate.sharded.captured_units import captured_units, unit_fetches
@@ -188,8 +188,8 @@ def _plan_within_budget(
         return no_remat
     use, sizes = units_of_capture.use, units_of_capture.sizes
     extras = solver_extras(no_remat.schedule, use, sizes)
-    counted = solve(_with_extras(no_remat.captured.graph, extras), None, method="checkpoint_all").peak_memory
-    budget = resolve_budget(settings.budget, counted)
+    solver_graph = _with_extras(no_remat.captured.graph, extras)
+    budget = resolve_budget(settings.budget, solve(solver_graph, None, method="checkpoint_all").peak_memory)
     asked, started = settings.solve_options.get("time_limit"), time.perf_counter()
     for round_number in range(1, FIT_ROUNDS + 1):
         options = settings.solve_options
@@ -199,9 +199,7 @@ def _plan_within_budget(
                 break
             options = {**options, "time_limit": left}
         round_settings = dataclasses.replace(settings, solve_options=options)
-        planned = plan_again(
-            no_remat, budget, round_settings, _with_extras(no_remat.captured.graph, extras), planning_started
-        )
+        planned = plan_again(no_remat, budget, round_settings, solver_graph, planning_started)
         found = stage_memory(planned.schedule, use, sizes)
         log.info(
             "sharded peak %s for a budget of %s (solve %d of at most %d)",
@@ -219,6 +217,7 @@ def _plan_within_budget(
             format_bytes(budget),
         )
         extras = extras.at_least(solver_extras(planned.schedule, use, sizes))
+        solver_graph = _with_extras(no_remat.captured.graph, extras)
     raise InfeasibleBudget(
         f"no plan whose sharded peak fits {format_bytes(budget)} was found in {FIT_ROUNDS} solves or the time limit "
         "(a unit's reduce moved by recomputation each time): raise the budget or the time limit",
@@ -231,14 +230,7 @@ def _with_extras(graph: Graph, extras: SolverExtras) -> Graph:
     """`graph` with what the units hold that no plan counts (`checkmate.sharded.memory.SolverExtras`): per stage,
     at stage starts, and right after a node's first run as more of its workspace there."""
     nodes = tuple(
-        dataclasses.replace(
-            node,
-            workspace=node.workspace + extra,
-            recompute_workspace=node.workspace if node.recompute_workspace is None else node.recompute_workspace,
-        )
-        if extra
-        else node
-        for node, extra in zip(graph.nodes, extras.after_own_run, strict=True)
+        _with_first_run_workspace(node, extra) for node, extra in zip(graph.nodes, extras.after_own_run, strict=True)
     )
     opening_held = extras.opening_held if any(extras.opening_held) else ()
     return dataclasses.replace(graph, nodes=nodes, stage_held=extras.stage_held, opening_held=opening_held)
@@ -252,17 +244,17 @@ def _gradients_until_reduce(graph: Graph, made: Sequence[dict[int, int]]) -> Gra
     nodes = []
     for node, unsharded in zip(graph.nodes, made, strict=True):
         made_bytes = sum(unsharded.values())
-        nodes.append(
-            dataclasses.replace(
-                node,
-                retained=node.retained - made_bytes,
-                workspace=node.workspace + made_bytes,
-                recompute_workspace=node.workspace if node.recompute_workspace is None else node.recompute_workspace,
-            )
-            if made_bytes
-            else node
-        )
+        with_workspace = _with_first_run_workspace(node, made_bytes)
+        nodes.append(dataclasses.replace(with_workspace, retained=node.retained - made_bytes) if made_bytes else node)
     return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _with_first_run_workspace(node: Node, extra: int) -> Node:
+    """`node` holding `extra` bytes more while it runs in its own stage, its recomputations as before."""
+    if not extra:
+        return node
+    again = node.workspace if node.recompute_workspace is None else node.recompute_workspace
+    return dataclasses.replace(node, workspace=node.workspace + extra, recompute_workspace=again)
 
 
 def _with_graph(no_remat: Compiled, graph: Graph) -> Compiled:
